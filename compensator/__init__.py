@@ -1,0 +1,7 @@
+"""mcp-compensator: Ctrl+Z for AI agents."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

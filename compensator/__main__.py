@@ -1,0 +1,9 @@
+"""`python -m compensator` runs the command-line interface."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,66 @@
+"""The exception hierarchy: one root, and messages that name the offender and the fix."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompensatorError",
+    "DownstreamError",
+    "ExpressionError",
+    "JournalError",
+    "MetaArgumentError",
+    "RegistryError",
+]
+
+
+class CompensatorError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class RegistryError(CompensatorError, ValueError):
+    """A registry file is wrong; the message names file, line, key and the fix."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.key = key
+        self.fix = fix
+
+
+class ExpressionError(CompensatorError, ValueError):
+    """A template expression does not parse, or refers outside its context."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        where: str | None = None,
+        detail: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.source = source
+        self.where = where
+        self.detail = detail
+        self.fix = fix
+
+
+class JournalError(CompensatorError, RuntimeError):
+    """The journal database cannot be opened, migrated or written."""
+
+
+class DownstreamError(CompensatorError, RuntimeError):
+    """A downstream server failed to start, or a call to it failed in transport."""
+
+
+class MetaArgumentError(CompensatorError, ValueError):
+    """A meta tool was called with an argument it cannot accept."""

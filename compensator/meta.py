@@ -1,0 +1,248 @@
+"""The meta tools: their definitions, argument checks, and the blast-radius explanation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import MetaArgumentError
+from .registry import Classification, ToolPolicy
+
+__all__ = [
+    "META_TOOL_DEFINITIONS",
+    "explain",
+    "parse_checkpoint",
+    "parse_explain",
+    "parse_list_changes",
+    "parse_list_checkpoints",
+    "parse_undo_to",
+]
+
+_INT = {"type": "integer", "minimum": 1}
+
+META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "checkpoint",
+        "title": "Take an undo checkpoint",
+        "description": (
+            "Mark this moment. Every mutating tool call made after it can later be undone "
+            "with undo_to(checkpoint_id). Returns {checkpoint_id}."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {"label": {"type": "string", "description": "A note for humans."}},
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": False, "destructiveHint": False},
+    },
+    {
+        "name": "list_checkpoints",
+        "title": "List undo checkpoints",
+        "description": "Checkpoints taken so far, newest first: {id, label, created_at}.",
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "list_changes",
+        "title": "List journaled changes",
+        "description": (
+            "Mutating calls not yet undone, newest first; only those made after "
+            "checkpoint_id when given."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {"checkpoint_id": _INT},
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "undo_to",
+        "title": "Undo back to a checkpoint",
+        "description": (
+            "Compensate every change made after the checkpoint, newest first. Returns "
+            "{undone, skipped (with reasons), nothing_to_undo}. With dry_run it returns the "
+            "plan and changes nothing."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "checkpoint_id": _INT,
+                "dry_run": {"type": "boolean", "default": False},
+            },
+            "required": ["checkpoint_id"],
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": False, "destructiveHint": True},
+    },
+    {
+        "name": "explain_blast_radius",
+        "title": "Explain what undo can do for a tool",
+        "description": (
+            "Before calling a tool, ask what undo would and would not restore after it. "
+            "Returns its classification and a plain-language account."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {"tool": {"type": "string", "description": "e.g. tasks__add_task"}},
+            "required": ["tool"],
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": True},
+    },
+)
+
+_SCHEMAS = {d["name"]: d["inputSchema"] for d in META_TOOL_DEFINITIONS}
+
+
+def _check_keys(tool: str, args: Mapping[str, Any]) -> None:
+    allowed = set(_SCHEMAS[tool]["properties"])
+    extra = sorted(set(args) - allowed)
+    if extra:
+        valid = ", ".join(sorted(allowed)) or "none"
+        raise MetaArgumentError(f"{tool}: unknown argument(s) {', '.join(extra)}; valid: {valid}")
+
+
+def _checkpoint_id(tool: str, value: Any) -> int:
+    # bool is an int subclass in Python, but `true` is no checkpoint id.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MetaArgumentError(
+            f"{tool}: checkpoint_id must be a positive integer from `checkpoint` "
+            f"or `list_checkpoints`, got {value!r}"
+        )
+    return value
+
+
+def parse_checkpoint(args: Mapping[str, Any]) -> str | None:
+    _check_keys("checkpoint", args)
+    label = args.get("label")
+    if label is not None and not isinstance(label, str):
+        raise MetaArgumentError(f"checkpoint: label must be a string, got {label!r}")
+    return label
+
+
+def parse_list_checkpoints(args: Mapping[str, Any]) -> None:
+    _check_keys("list_checkpoints", args)
+
+
+def parse_list_changes(args: Mapping[str, Any]) -> int | None:
+    _check_keys("list_changes", args)
+    value = args.get("checkpoint_id")
+    return None if value is None else _checkpoint_id("list_changes", value)
+
+
+def parse_undo_to(args: Mapping[str, Any]) -> tuple[int, bool]:
+    _check_keys("undo_to", args)
+    if "checkpoint_id" not in args:
+        raise MetaArgumentError("undo_to: checkpoint_id is required")
+    dry_run = args.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise MetaArgumentError(f"undo_to: dry_run must be true or false, got {dry_run!r}")
+    return _checkpoint_id("undo_to", args["checkpoint_id"]), dry_run
+
+
+def parse_explain(args: Mapping[str, Any]) -> str:
+    _check_keys("explain_blast_radius", args)
+    tool = args.get("tool")
+    if not isinstance(tool, str) or not tool:
+        raise MetaArgumentError("explain_blast_radius: tool must be a tool name string")
+    return tool
+
+
+_CAVEATS = (
+    "Undo is a new write that approximates the earlier state, not a rollback: effects outside "
+    "the proxied calls (emails sent, webhooks fired, other clients' reads) do not unwind, and "
+    "identities such as ids or hashes may differ after a restore."
+)
+
+
+def explain(
+    tool: str, classification: Classification, policy: ToolPolicy | None, annotations: Mapping
+) -> dict[str, Any]:
+    """What undo would and would not do after `tool`, for an agent to read before calling it."""
+    text = _EXPLAINERS[classification](tool, policy, annotations)
+    if policy is not None and policy.mutating_when is not None:
+        text += (
+            f" Calls where `{policy.mutating_when.source}` is false are treated as reads "
+            "and not journaled."
+        )
+    if policy is not None and policy.error_when is not None:
+        text += (
+            f" A result matching `{policy.error_when.source}` counts as a failed call: "
+            "journaled, never compensated."
+        )
+    return {
+        "tool": tool,
+        "classification": classification.value,
+        "journaled": classification is not Classification.READ,
+        "undoable": classification in (Classification.REVERSIBLE, Classification.COMPENSABLE),
+        "snapshot": _snapshot(policy),
+        "inverse": [_step(step) for step in policy.inverse] if policy else [],
+        "explanation": text,
+    }
+
+
+def _snapshot(policy: ToolPolicy | None) -> dict[str, Any] | None:
+    if policy is None or policy.snapshot_tool is None:
+        return None
+    args = policy.snapshot_args.source if policy.snapshot_args is not None else {}
+    return {"tool": policy.snapshot_tool, "args": args}
+
+
+def _step(step: Any) -> dict[str, Any]:
+    described: dict[str, Any] = {"tool": step.tool, "args": step.args.source}
+    if step.when is not None:
+        described["when"] = step.when.source
+    return described
+
+
+def _explain_read(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
+    return f"{tool} only reads. It is not journaled, and there is nothing to undo."
+
+
+def _explain_reversible(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
+    steps = ", then ".join(s.tool for s in policy.inverse) if policy else "?"
+    return (
+        f"{tool} is journaled. undo_to calls {steps}, with arguments built from this call's "
+        f"arguments and result. {_CAVEATS}"
+    )
+
+
+def _explain_compensable(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
+    snapshot = policy.snapshot_tool if policy else "?"
+    steps = ", then ".join(s.tool for s in policy.inverse) if policy else "?"
+    return (
+        f"{tool} is journaled. Just before it runs, the proxy records a snapshot with "
+        f"{snapshot}; undo_to calls {steps} to put back what the snapshot saw. The snapshot is "
+        f"only as fresh as that moment: changes made by anything else between this call and "
+        f"the undo may be overwritten. {_CAVEATS}"
+    )
+
+
+def _explain_irreversible(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
+    return (
+        f"{tool} is IRREVERSIBLE: it is journaled for the record, but undo_to will never undo "
+        "it and reports it as skipped. Ask the user before calling it."
+    )
+
+
+def _explain_unknown(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
+    hints = []
+    if annotations.get("destructiveHint"):
+        hints.append("its server marks it destructive")
+    if annotations.get("readOnlyHint"):
+        hints.append("its server marks it read-only, but the registry does not trust that")
+    hint = f" ({'; '.join(hints)})" if hints else ""
+    return (
+        f"{tool} has no policy in the registry{hint}. It is journaled, but undo_to refuses to "
+        "undo it and reports it as skipped. Treat it as irreversible."
+    )
+
+
+_EXPLAINERS = {
+    Classification.READ: _explain_read,
+    Classification.REVERSIBLE: _explain_reversible,
+    Classification.COMPENSABLE: _explain_compensable,
+    Classification.IRREVERSIBLE: _explain_irreversible,
+    Classification.UNKNOWN: _explain_unknown,
+}

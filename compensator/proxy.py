@@ -1,0 +1,345 @@
+"""The proxy: forwards tool calls, journals the mutating ones, and serves the meta tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+
+from . import __version__, _sdk, meta
+from .downstream import DownstreamPool, RoutedTool
+from .errors import CompensatorError, DownstreamError, MetaArgumentError
+from .journal import Journal, Status, default_journal_path
+from .registry import Classification, Registry, ToolPolicy, load_registry
+from .results import parse_result, result_text
+from .undo import CallOutcome, Undoer
+
+__all__ = ["Proxy", "main", "serve"]
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "Every tool of the servers behind this proxy is available as server__tool. Mutating calls "
+    "are journaled. Call `checkpoint` before risky work, `explain_blast_radius` before a tool "
+    "whose effect you are unsure of, and `undo_to` to put things back."
+)
+
+_META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
+
+
+class _Gate:
+    """Mutating calls share the gate; an undo holds it alone, so they wait for each other."""
+
+    def __init__(self) -> None:
+        self._cond = anyio.Condition()
+        self._active = 0
+        self._exclusive = False
+        self._waiting = 0
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            while self._exclusive or self._waiting:
+                await self._cond.wait()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with self._cond:
+                    self._active -= 1
+                    self._cond.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            self._waiting += 1
+            try:
+                while self._exclusive or self._active:
+                    await self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with self._cond:
+                    self._exclusive = False
+                    self._cond.notify_all()
+
+
+def json_result(value: Any) -> types.CallToolResult:
+    text = json.dumps(value, ensure_ascii=False, indent=2)
+    return types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": text}], "structuredContent": value}
+    )
+
+
+def error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": message}], "isError": True}
+    )
+
+
+class Proxy:
+    """Routes `server__tool` calls downstream and answers the meta tools itself."""
+
+    def __init__(self, registry: Registry, journal: Journal, pool: DownstreamPool) -> None:
+        self.registry = registry
+        self.journal = journal
+        self.pool = pool
+        self._gate = _Gate()
+        self._undoer = Undoer(journal, registry, self._call_for_undo)
+        self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
+            "checkpoint": self._checkpoint,
+            "list_checkpoints": self._list_checkpoints,
+            "list_changes": self._list_changes,
+            "undo_to": self._undo_to,
+            "explain_blast_radius": self._explain,
+        }
+
+    # -- the two handlers the server exposes -----------------------------------------
+
+    async def list_tools(self, cursor: str | None) -> types.ListToolsResult:
+        tools = [routed.exposed() for routed in self.pool.routes.values()]
+        return types.ListToolsResult(tools=[*tools, *_META_TOOLS])
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        handler = self._meta.get(name)
+        if handler is not None:
+            return await self._call_meta(name, handler, arguments)
+        routed = self.pool.route(name)
+        if routed is None:
+            return error_result(self.pool.missing_reason(name))
+        classification = self.classify(name, arguments)
+        if classification is Classification.READ:
+            return await self._forward_read(name, arguments)
+        async with self._gate.shared():
+            return await self._forward_mutating(routed, classification, arguments)
+
+    # -- classification --------------------------------------------------------------
+
+    def classify(self, name: str, arguments: Mapping[str, Any] | None = None) -> Classification:
+        """How a call to `name` with `arguments` is treated; `arguments=None` ignores
+        `mutating_when` (the tool's classification in general)."""
+        policy = self.registry.policy(name)
+        if policy is None:
+            routed = self.pool.route(name)
+            hint = routed is not None and routed.annotations.get("readOnlyHint") is True
+            if hint and self.registry.defaults.trust_read_only_hint:
+                return Classification.READ
+            return Classification.UNKNOWN
+        if arguments is not None and policy.mutating_when is not None:
+            if not policy.mutating_when.truthy({"args": dict(arguments)}):
+                return Classification.READ
+        return policy.classification
+
+    # -- forwarding --------------------------------------------------------------------
+
+    async def _forward_read(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            return await self.pool.call(name, arguments)
+        except DownstreamError as exc:
+            return error_result(str(exc))
+
+    async def _forward_mutating(
+        self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        down = self.pool.servers[routed.server]
+        if down.session is None:
+            # Nothing was sent, so nothing happened and nothing is journaled.
+            return error_result(f"server {routed.server!r} is not running: {down.error}")
+        policy = self.registry.policy(routed.name)
+        snapshot, snapshot_error = await self._snapshot(policy, arguments)
+        change_id = self.journal.record_intent(
+            tool=routed.name,
+            classification=classification.value,
+            args=arguments,
+            snapshot=snapshot,
+            snapshot_error=snapshot_error,
+        )
+        try:
+            result = await self.pool.call(routed.name, arguments)
+        except DownstreamError as exc:
+            self.journal.record_outcome(change_id, status=Status.UNKNOWN, error=str(exc))
+            return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
+        except BaseException:
+            self.journal.record_outcome(
+                change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
+            )
+            raise
+        outcome = self.outcome(routed.name, arguments, result)
+        status = Status.OK if outcome.ok else Status.ERROR
+        self.journal.record_outcome(
+            change_id, status=status, result=outcome.value, error=outcome.error
+        )
+        return result
+
+    async def _snapshot(
+        self, policy: ToolPolicy | None, arguments: dict[str, Any]
+    ) -> tuple[Any, str | None]:
+        if policy is None or policy.classification is not Classification.COMPENSABLE:
+            return None, None
+        assert policy.snapshot_tool is not None
+        context = {"args": arguments}
+        try:
+            snapshot_args = policy.snapshot_args.render(context) if policy.snapshot_args else {}
+            result = await self.pool.call(policy.snapshot_tool, snapshot_args)
+        except (CompensatorError, ValueError, TypeError) as exc:
+            log.warning("snapshot for %s failed: %s", policy.name, exc)
+            return None, f"snapshot failed: {exc}"
+        outcome = self.outcome(policy.snapshot_tool, snapshot_args, result)
+        return (outcome.value, None) if outcome.ok else (None, outcome.error)
+
+    def outcome(
+        self, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
+    ) -> CallOutcome:
+        """Parse a result and decide whether the call worked (isError, then `error_when`)."""
+        structured, content, is_error = _sdk.result_parts(result)
+        value = parse_result(structured, content)
+        if is_error:
+            return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
+        policy = self.registry.policy(name)
+        if policy is not None and policy.error_when is not None:
+            if policy.error_when.truthy({"result": value, "args": dict(arguments)}):
+                return CallOutcome(ok=False, value=value, error=_error_text(value, content))
+        return CallOutcome(ok=True, value=value)
+
+    async def _call_for_undo(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
+        try:
+            result = await self.pool.call(name, arguments)
+        except DownstreamError as exc:
+            return CallOutcome(ok=False, error=str(exc))
+        return self.outcome(name, arguments, result)
+
+    # -- meta tools --------------------------------------------------------------------
+
+    async def _call_meta(
+        self,
+        name: str,
+        handler: Callable[[Mapping[str, Any]], Awaitable[Any]],
+        arguments: Mapping[str, Any],
+    ) -> types.CallToolResult:
+        try:
+            return json_result(await handler(arguments))
+        except MetaArgumentError as exc:
+            return error_result(str(exc))
+
+    async def _checkpoint(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        label = meta.parse_checkpoint(args)
+        return {"checkpoint_id": self.journal.create_checkpoint(label).id}
+
+    async def _list_checkpoints(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        meta.parse_list_checkpoints(args)
+        return {"checkpoints": [cp.to_json() for cp in self.journal.checkpoints()]}
+
+    async def _list_changes(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        checkpoint_id = meta.parse_list_changes(args)
+        checkpoint = None
+        if checkpoint_id is not None:
+            checkpoint = self.journal.checkpoint(checkpoint_id)
+            if checkpoint is None:
+                raise MetaArgumentError(self._undoer.unknown_checkpoint(checkpoint_id))
+        changes = self.journal.open_changes(checkpoint)
+        return {"changes": [change.to_json() for change in changes]}
+
+    async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        checkpoint_id, dry_run = meta.parse_undo_to(args)
+        async with self._gate.exclusive():
+            report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run)
+        return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
+
+    async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        tool = meta.parse_explain(args)
+        routed = self.pool.route(tool)
+        if routed is None and self.registry.policy(tool) is None:
+            raise MetaArgumentError(
+                f"explain_blast_radius: no tool named {tool!r}; "
+                "use a name from tools/list, such as " + ", ".join(list(self.pool.routes)[:5])
+            )
+        annotations = routed.annotations if routed is not None else {}
+        return meta.explain(tool, self.classify(tool), self.registry.policy(tool), annotations)
+
+
+def _error_text(value: Any, content: Sequence[Mapping[str, Any]]) -> str:
+    if isinstance(value, Mapping):
+        for key in ("error", "message"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+    return result_text(content) or "error_when matched the result"
+
+
+def registry_environment() -> dict[str, str]:
+    """The proxy's environment, plus COMPENSATOR_PYTHON (this interpreter) unless set."""
+    return {"COMPENSATOR_PYTHON": sys.executable, **os.environ}
+
+
+async def serve(config: Path, db: Path) -> None:
+    """Load the registry, start the downstream servers, and serve one client over stdio."""
+    registry = load_registry(config, environ=registry_environment())
+    journal = Journal(db)
+    log.info("journal: %s", journal.path)
+    try:
+        async with DownstreamPool(registry.servers.values()) as pool:
+            for name, reason in pool.failures.items():
+                log.error("server %r failed to start and is left out: %s", name, reason)
+            proxy = Proxy(registry, journal, pool)
+            server = _sdk.build_server(
+                "compensator", __version__, INSTRUCTIONS, proxy.list_tools, proxy.call_tool
+            )
+            await _sdk.serve_stdio(server)
+    finally:
+        journal.close()
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="the journal file (default: $COMPENSATOR_DB, else a file per config under "
+        "$XDG_STATE_HOME/mcp-compensator, i.e. ~/.local/state/mcp-compensator)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=str(args.log_level).upper(),
+        format="compensator %(levelname)s %(name)s: %(message)s",
+    )
+    db = args.db if args.db is not None else default_journal_path(args.config)
+    try:
+        anyio.run(serve, args.config, db)
+    except CompensatorError as exc:
+        print(f"compensator: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compensator.proxy", description="Serve the compensator proxy over stdio."
+    )
+    add_serve_arguments(parser)
+    return run_serve(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
