@@ -1,0 +1,119 @@
+"""A client of the proxy as an agent sees it: a real subprocess spoken to over stdio MCP."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from compensator import _sdk
+from compensator.results import parse_result, result_text
+
+__all__ = ["ProxyClient", "ToolCallFailed", "ToolReply", "launch_proxy"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolReply:
+    """One tool result: parsed the way the registry sees it, with the raw result kept."""
+
+    is_error: bool
+    value: Any
+    text: str
+    raw: types.CallToolResult
+
+
+class ToolCallFailed(AssertionError):
+    """A call expected to succeed came back with isError."""
+
+
+class ProxyClient:
+    """Calls the proxy's tools; the meta tools get typed helpers."""
+
+    def __init__(self, session: ClientSession) -> None:
+        self.session = session
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
+        result = await _sdk.call_tool_raw(self.session, name, dict(arguments or {}))
+        structured, content, is_error = _sdk.result_parts(result)
+        return ToolReply(
+            is_error=is_error,
+            value=parse_result(structured, content),
+            text=result_text(content),
+            raw=result,
+        )
+
+    async def call_ok(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        reply = await self.call(name, arguments)
+        if reply.is_error:
+            raise ToolCallFailed(f"{name}({dict(arguments or {})}) failed: {reply.text}")
+        return reply.value
+
+    async def list_tools(self) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            page = await _sdk.list_tools_page(self.session, cursor)
+            tools.extend(page.tools)
+            cursor = _sdk.next_cursor(page)
+            if not cursor:
+                return tools
+
+    async def checkpoint(self, label: str | None = None) -> int:
+        args = {} if label is None else {"label": label}
+        value = await self.call_ok("checkpoint", args)
+        return int(value["checkpoint_id"])
+
+    async def list_checkpoints(self) -> list[dict[str, Any]]:
+        return list((await self.call_ok("list_checkpoints"))["checkpoints"])
+
+    async def list_changes(self, checkpoint_id: int | None = None) -> list[dict[str, Any]]:
+        args = {} if checkpoint_id is None else {"checkpoint_id": checkpoint_id}
+        return list((await self.call_ok("list_changes", args))["changes"])
+
+    async def undo_to(self, checkpoint_id: int, *, dry_run: bool = False) -> dict[str, Any]:
+        args = {"checkpoint_id": checkpoint_id, "dry_run": dry_run}
+        value: dict[str, Any] = await self.call_ok("undo_to", args)
+        return value
+
+
+def proxy_parameters(
+    config: str | os.PathLike[str],
+    db: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> StdioServerParameters:
+    """How to start the proxy: this interpreter, the caller's whole environment plus `env`."""
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "compensator.proxy", "--config", str(config), "--db", str(db)],
+        env={**os.environ, **(env or {})},
+        cwd=str(cwd) if cwd is not None else None,
+    )
+
+
+@asynccontextmanager
+async def launch_proxy(
+    config: str | os.PathLike[str],
+    db: str | os.PathLike[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stderr: TextIO | None = None,
+) -> AsyncIterator[ProxyClient]:
+    """Start the proxy as a subprocess, initialize a session, and stop it on exit."""
+    params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
+    async with (
+        stdio_client(params, errlog=stderr or sys.stderr) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield ProxyClient(session)

@@ -1,0 +1,84 @@
+"""Fixtures shared by the end-to-end tests: registries written to tmp_path, proxies launched."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_compensator.client import ProxyClient, launch_proxy
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+SERVERS = Path(__file__).resolve().parent / "servers"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def write_registry(tmp_path: Path) -> Callable[[str], Path]:
+    """Write a registry; @PYTHON@, @TASKS_SERVER@, @FIDELITY_SERVER@ and @TMP@ are filled in."""
+    counter = iter(range(1000))
+
+    def write(text: str) -> Path:
+        path = tmp_path / f"registry{next(counter)}.yaml"
+        filled = textwrap.dedent(text)
+        for marker, value in {
+            "@PYTHON@": sys.executable,
+            "@TASKS_SERVER@": EXAMPLES / "tasks_server.py",
+            "@FIDELITY_SERVER@": SERVERS / "fidelity_server.py",
+            "@TMP@": tmp_path,
+        }.items():
+            filled = filled.replace(marker, str(value))
+        path.write_text(filled)
+        return path
+
+    return write
+
+
+Launcher = Callable[..., AbstractAsyncContextManager[ProxyClient]]
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Launcher:
+    """`async with proxy(config, db=..., env=...) as client:` starts a real proxy subprocess."""
+
+    @asynccontextmanager
+    async def launch(
+        config: Path, *, db: Path | None = None, env: dict[str, str] | None = None
+    ) -> AsyncIterator[ProxyClient]:
+        log_path = tmp_path / "proxy-stderr.log"
+        with log_path.open("a") as log:
+            async with launch_proxy(
+                config, db or tmp_path / "journal.db", env=env, stderr=log
+            ) as client:
+                yield client
+
+    return launch
+
+
+@pytest.fixture
+def proxy_log(tmp_path: Path) -> Callable[[], str]:
+    return lambda: (tmp_path / "proxy-stderr.log").read_text()
+
+
+@pytest.fixture
+def tasks_env(tmp_path: Path) -> dict[str, str]:
+    return {"TASKS_DB": str(tmp_path / "tasks.db")}
+
+
+@pytest.fixture
+def tasks_config() -> Path:
+    return EXAMPLES / "compensators.yaml"
+
+
+def by_id(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {item["id"]: item for item in items}
