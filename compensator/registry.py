@@ -1,0 +1,528 @@
+"""The YAML registry: downstream servers, state probes and per-tool undo policies."""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ._yamlnodes import join_key, line_of, load_with_lines, located_error
+from .errors import ExpressionError, RegistryError
+from .templates import CONTEXT_NAMES, Expression, Template, compile_expression, compile_template
+
+__all__ = [
+    "META_TOOLS",
+    "Classification",
+    "Defaults",
+    "InverseStep",
+    "Registry",
+    "ServerSpec",
+    "StateProbe",
+    "TestSpec",
+    "ToolPolicy",
+    "load_registry",
+    "parse_registry",
+]
+
+META_TOOLS = frozenset(
+    {"checkpoint", "list_checkpoints", "list_changes", "undo_to", "explain_blast_radius"}
+)
+
+
+class Classification(str, enum.Enum):
+    """How a tool's effects can be undone; UNKNOWN is for tools with no registry entry."""
+
+    READ = "read"
+    REVERSIBLE = "reversible"
+    COMPENSABLE = "compensable"
+    IRREVERSIBLE = "irreversible"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """How to start one downstream server."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateProbe:
+    """A read-only call whose (selected) result describes the world's state."""
+
+    tool: str
+    args: Template
+    select: Expression | None
+    unordered: bool
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class InverseStep:
+    """One call of an inverse, skipped when `when` is given and falsy."""
+
+    tool: str
+    args: Template
+    when: Expression | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestSpec:
+    """Hints for generated tests: an input JSON Schema and example arguments."""
+
+    __test__ = False
+
+    schema: Mapping[str, Any] | None
+    examples: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolPolicy:
+    """What the proxy does around calls to one downstream tool."""
+
+    name: str
+    classification: Classification
+    snapshot_tool: str | None
+    snapshot_args: Template | None
+    inverse: tuple[InverseStep, ...]
+    error_when: Expression | None
+    mutating_when: Expression | None
+    test: TestSpec | None
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Defaults:
+    """Registry-wide settings."""
+
+    trust_read_only_hint: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registry:
+    """A loaded, validated registry file."""
+
+    path: Path
+    servers: Mapping[str, ServerSpec]
+    state: tuple[StateProbe, ...]
+    tools: Mapping[str, ToolPolicy]
+    defaults: Defaults
+
+    def policy(self, tool: str) -> ToolPolicy | None:
+        """The policy for `tool` (as `server__tool`), or None when it has no entry."""
+        return self.tools.get(tool)
+
+
+def load_registry(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> Registry:
+    """Read and validate the registry at `path`; `${VAR}` come from `environ` (os.environ)."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise _unreadable(file, "file not found", "Check the path or create the file") from None
+    except UnicodeDecodeError:
+        raise _unreadable(file, "not UTF-8 text", "Save the file as UTF-8") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise _unreadable(
+            file, f"cannot read ({reason})", "Check the path and permissions"
+        ) from None
+    return parse_registry(text, file, environ)
+
+
+def parse_registry(text: str, path: Path, environ: Mapping[str, str] | None = None) -> Registry:
+    """Validate registry YAML `text`; `path` names it in errors and anchors relative cwd."""
+    data, lines = load_with_lines(text, str(path))
+    env = os.environ if environ is None else environ
+    return _Parser(Path(path), lines, env).registry(data)
+
+
+def _unreadable(file: Path, problem: str, fix: str) -> RegistryError:
+    return RegistryError(f"{file}: registry {problem}. {fix}.", path=str(file), fix=f"{fix}.")
+
+
+_TOP_KEYS = ("servers", "defaults", "state", "tools")
+_SERVER_KEYS = ("command", "args", "env", "cwd")
+_DEFAULTS_KEYS = ("trust_read_only_hint",)
+_STATE_KEYS = ("tool", "args", "select", "unordered")
+_POLICY_KEYS = (
+    "classification",
+    "inverse_tool",
+    "inverse_args",
+    "snapshot_tool",
+    "snapshot_args",
+    "inverse",
+    "error_when",
+    "mutating_when",
+    "test",
+)
+_STEP_KEYS = ("tool", "args", "when")
+_TEST_KEYS = ("schema", "examples")
+_UNDO_KEYS = ("inverse_tool", "inverse_args", "inverse", "snapshot_tool", "snapshot_args")
+_WRITABLE = ("read", "reversible", "compensable", "irreversible")
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_VARIABLE = re.compile(r"\$(?:(\$)|\{([^}]*)\}|(\{))")
+_VARIABLE_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.S)
+_VARIABLE_FIX = "Write ${NAME} or ${NAME:-default}, and $$ for a literal $"
+
+_EXPECTED = {
+    dict: ("a mapping", "Write it as indented `name: value` lines or {name: value}"),
+    list: ("a list", "Write it as [a, b] or as indented `- item` lines"),
+    str: ("a string", "Quote the value"),
+    bool: ("true or false", "Write true or false"),
+}
+_REQUIRED_HINTS = {
+    "servers": "a mapping from server name to {command, args, env, cwd}",
+    "command": "the executable that starts the server",
+    "classification": "one of read, reversible, compensable, irreversible",
+    "tool": "a downstream tool name like server__tool",
+}
+_ALL_NAMES = frozenset(CONTEXT_NAMES)
+_SNAPSHOT_NAMES = frozenset({"snapshot", "snapshot_error"})
+_TRUST_KEY = "defaults.trust_read_only_hint"
+
+
+def _describe(value: Any) -> str:
+    """The YAML type of `value`, never the value itself (it may be a secret)."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    for kind, (name, _) in _EXPECTED.items():
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _did_you_mean(name: str, choices: Iterable[str], fallback: str) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f"Did you mean '{close[0]}'?" if close else fallback
+
+
+class _Parser:
+    """Validates the plain data of one registry file and builds the Registry."""
+
+    def __init__(self, path: Path, lines: dict[str, int], environ: Mapping[str, str]) -> None:
+        self.path = path
+        self.lines = lines
+        self.environ = environ
+        self.base = path.absolute().parent
+        self.server_names: tuple[str, ...] = ()
+
+    # -- generic checks -------------------------------------------------------------------
+
+    def error(self, key: str, problem: str, fix: str) -> RegistryError:
+        return located_error(str(self.path), line_of(self.lines, key), key, problem, fix)
+
+    def expect(self, value: Any, kind: type, key: str) -> Any:
+        if isinstance(value, kind):
+            return value
+        expected, fix = _EXPECTED[kind]
+        raise self.error(key, f"expected {expected}, got {_describe(value)}", f"{fix}.")
+
+    def mapping(
+        self, value: Any, key: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        self.expect(value, dict, key)
+        for name in value:
+            if name not in allowed:
+                fallback = f"Allowed keys: {', '.join(allowed)}."
+                fix = _did_you_mean(name, allowed, fallback)
+                raise self.error(join_key(key, name), "unknown key", fix)
+        for name in required:
+            if name not in value:
+                hint = _REQUIRED_HINTS.get(name, "a value")
+                fix = f"Add '{name}:' with {hint}."
+                raise self.error(join_key(key, name), "missing required key", fix)
+        return value
+
+    def reraise(self, exc: ExpressionError) -> RegistryError:
+        return self.error(exc.where or "", f"`{exc.source}` {exc.detail}", exc.fix or "")
+
+    def template(self, value: Any, key: str) -> Template:
+        if not isinstance(value, (dict, str)):
+            self.expect(value, dict, key)
+        try:
+            template = compile_template(value, where=key)
+        except ExpressionError as exc:
+            raise self.reraise(exc) from None
+        if isinstance(value, str) and template.is_literal:
+            fix = 'Write the arguments as `name: value` lines, or one "{expression}" string.'
+            raise self.error(key, "expected a mapping of arguments, got a string", fix)
+        return template
+
+    def condition(self, value: Any, key: str, *, check_roots: bool = True) -> Expression:
+        self.expect(value, str, key)
+        try:
+            return compile_expression(value, where=key, check_roots=check_roots)
+        except ExpressionError as exc:
+            raise self.reraise(exc) from None
+
+    def optional(self, raw: dict[str, Any], name: str, key: str, build: Any) -> Any:
+        return build(raw[name], join_key(key, name)) if name in raw else None
+
+    def restrict(self, exprs: Iterable[Expression], allowed: Iterable[str], why: str) -> None:
+        names = frozenset(allowed)
+        for expr in exprs:
+            for path in expr.root_paths():
+                if path[0] not in names:
+                    shown = ", ".join(sorted(names))
+                    problem = f"`{expr.source}` reads `{path[0]}`, but {why}"
+                    raise self.error(expr.where, problem, f"Use only {shown} here.")
+
+    # -- sections -------------------------------------------------------------------------
+
+    def registry(self, data: Any) -> Registry:
+        top = self.mapping({} if data is None else data, "", _TOP_KEYS, ("servers",))
+        servers = self.servers(top["servers"])
+        return Registry(
+            path=self.path,
+            servers=MappingProxyType(servers),
+            state=self.state(top.get("state")),
+            tools=MappingProxyType(self.tools(top.get("tools"))),
+            defaults=self.defaults(top.get("defaults")),
+        )
+
+    def defaults(self, raw: Any) -> Defaults:
+        raw = self.mapping({} if raw is None else raw, "defaults", _DEFAULTS_KEYS)
+        trust = self.expect(raw.get("trust_read_only_hint", False), bool, _TRUST_KEY)
+        return Defaults(trust_read_only_hint=trust)
+
+    def servers(self, raw: Any) -> dict[str, ServerSpec]:
+        self.expect(raw, dict, "servers")
+        if not raw:
+            raise self.error("servers", "no servers are defined", "Add at least one server.")
+        self.server_names = tuple(raw)
+        return {name: self.server(name, spec, f"servers.{name}") for name, spec in raw.items()}
+
+    def server(self, name: str, raw: Any, key: str) -> ServerSpec:
+        self.server_name(name, key)
+        raw = self.mapping(raw, key, _SERVER_KEYS, ("command",))
+        command = self.expand_string(raw["command"], f"{key}.command")
+        if not command.strip():
+            raise self.error(f"{key}.command", "the command is empty", "Name the executable.")
+        args = self.expect(raw.get("args", []), list, f"{key}.args")
+        env = self.expect(raw.get("env", {}), dict, f"{key}.env")
+        return ServerSpec(
+            name=name,
+            command=command,
+            args=tuple(self.expand_string(a, f"{key}.args[{i}]") for i, a in enumerate(args)),
+            env=MappingProxyType(
+                {k: self.expand_string(v, f"{key}.env.{k}") for k, v in env.items()}
+            ),
+            cwd=self.cwd(raw.get("cwd"), f"{key}.cwd"),
+            line=line_of(self.lines, key),
+        )
+
+    def server_name(self, name: str, key: str) -> None:
+        if not _SERVER_NAME.fullmatch(name):
+            problem = "a server name may only contain letters, digits, '_' and '-'"
+            raise self.error(key, problem, "Rename the server.")
+        if "__" in name or name.endswith("_"):
+            problem = "a server name must not contain '__' or end with '_'"
+            fix = "Rename the server: '__' separates server and tool in tool names."
+            raise self.error(key, problem, fix)
+
+    def cwd(self, raw: Any, key: str) -> Path:
+        if raw is None:
+            return self.base
+        folder = Path(self.expand_string(raw, key)).expanduser()
+        return folder if folder.is_absolute() else self.base / folder
+
+    def expand_string(self, value: Any, key: str) -> str:
+        return _VARIABLE.sub(lambda m: self.substitute(m, key), self.expect(value, str, key))
+
+    def substitute(self, match: re.Match[str], key: str) -> str:
+        if match.group(1):
+            return "$"
+        body = _VARIABLE_BODY.fullmatch(match.group(2) or "")
+        if match.group(3) or body is None:
+            raise self.error(key, "malformed ${...} reference", f"{_VARIABLE_FIX}.")
+        name, default = body.groups()
+        value = self.environ.get(name)
+        if value or (value is not None and default is None):
+            return value
+        if default is not None:
+            return default
+        fix = f"Export it before starting (export {name}=...) or write ${{{name}:-default}}."
+        raise self.error(key, f"environment variable {name} is not set", fix)
+
+    def state(self, raw: Any) -> tuple[StateProbe, ...]:
+        items = self.expect([] if raw is None else raw, list, "state")
+        return tuple(self.probe(item, f"state[{i}]") for i, item in enumerate(items))
+
+    def probe(self, raw: Any, key: str) -> StateProbe:
+        raw = self.mapping(raw, key, _STATE_KEYS, ("tool",))
+        select = self.optional(raw, "select", key, self.select)
+        return StateProbe(
+            tool=self.target(raw["tool"], f"{key}.tool"),
+            args=self.template(raw.get("args", {}), f"{key}.args"),
+            select=select,
+            unordered=self.expect(raw.get("unordered", False), bool, f"{key}.unordered"),
+            line=line_of(self.lines, key),
+        )
+
+    def select(self, value: Any, key: str) -> Expression:
+        return self.condition(value, key, check_roots=False)
+
+    def target(self, value: Any, key: str) -> str:
+        name = self.expect(value, str, key)
+        if name in META_TOOLS:
+            problem = f"'{name}' is a compensator meta tool, not a downstream tool"
+            raise self.error(key, problem, "Name a downstream tool as server__tool.")
+        if any(name.startswith(f"{s}__") and len(name) > len(s) + 2 for s in self.server_names):
+            return name
+        server, sep, rest = name.partition("__")
+        if not (server and sep and rest):
+            fix = f"Prefix it with its server's name, e.g. '{self.server_names[0]}__{name}'."
+            raise self.error(key, f"'{name}' is not of the form server__tool", fix)
+        close = difflib.get_close_matches(server, self.server_names, n=1)
+        fix = f"Did you mean '{close[0]}__{rest}'?" if close else self.known_servers()
+        raise self.error(key, f"'{name}' names unknown server '{server}'", fix)
+
+    def known_servers(self) -> str:
+        return f"Known servers: {', '.join(self.server_names)}."
+
+    def tools(self, raw: Any) -> dict[str, ToolPolicy]:
+        raw = self.expect({} if raw is None else raw, dict, "tools")
+        return {name: self.policy(name, value, f"tools.{name}") for name, value in raw.items()}
+
+    # -- tool policies --------------------------------------------------------------------
+
+    def policy(self, name: str, raw: Any, key: str) -> ToolPolicy:
+        self.target(name, key)
+        raw = self.mapping(raw, key, _POLICY_KEYS, ("classification",))
+        kind = self.classification(raw["classification"], f"{key}.classification")
+        self.shape(raw, kind, key)
+        policy = ToolPolicy(
+            name=name,
+            classification=kind,
+            snapshot_tool=self.optional(raw, "snapshot_tool", key, self.target),
+            snapshot_args=self.snapshot_args(raw, key),
+            inverse=self.inverse(raw, key),
+            error_when=self.optional(raw, "error_when", key, self.condition),
+            mutating_when=self.optional(raw, "mutating_when", key, self.condition),
+            test=self.optional(raw, "test", key, self.test_spec),
+            line=line_of(self.lines, key),
+        )
+        self.check_contexts(policy)
+        return policy
+
+    def classification(self, value: Any, key: str) -> Classification:
+        text = self.expect(value, str, key)
+        if text in _WRITABLE:
+            return Classification(text)
+        fallback = f"Use one of {', '.join(_WRITABLE)}."
+        if text == Classification.UNKNOWN.value:
+            fallback = f"Remove the entry to leave the tool unknown. {fallback}"
+        fix = _did_you_mean(text, _WRITABLE, fallback)
+        raise self.error(key, f"'{text}' is not a classification", fix)
+
+    def shape(self, raw: dict[str, Any], kind: Classification, key: str) -> None:
+        if kind in (Classification.READ, Classification.IRREVERSIBLE):
+            self.never_runs(raw, kind, key)
+            return
+        self.pairs(raw, key)
+        if "inverse_tool" not in raw and "inverse" not in raw:
+            fix = "Add inverse_tool (with inverse_args) or an inverse list of {tool, args, when}."
+            raise self.error(key, f"a {kind.value} tool needs an inverse", fix)
+        if kind is Classification.COMPENSABLE and "snapshot_tool" not in raw:
+            fix = (
+                "Add snapshot_tool (and snapshot_args) to capture what the inverse restores, "
+                "or classify the tool reversible if args and result are enough."
+            )
+            raise self.error(key, "a compensable tool needs snapshot_tool", fix)
+        if kind is Classification.REVERSIBLE and "snapshot_tool" in raw:
+            problem = "a reversible tool takes no snapshot, so snapshot_tool would never run"
+            fix = "Classify the tool compensable, or remove snapshot_tool."
+            raise self.error(f"{key}.snapshot_tool", problem, fix)
+
+    def never_runs(self, raw: dict[str, Any], kind: Classification, key: str) -> None:
+        for name in _UNDO_KEYS:
+            if name in raw:
+                problem = f"a {kind.value} tool is never undone, so {name} would never run"
+                fix = "Remove it, or classify the tool reversible or compensable."
+                raise self.error(f"{key}.{name}", problem, fix)
+
+    def pairs(self, raw: dict[str, Any], key: str) -> None:
+        if "inverse_tool" in raw and "inverse" in raw:
+            fix = "Use inverse_tool with inverse_args for one step, or an inverse list, not both."
+            raise self.error(f"{key}.inverse", "inverse_tool and inverse are both given", fix)
+        if "inverse_args" in raw and "inverse_tool" not in raw:
+            fix = "Add inverse_tool, or write the step in an inverse list as {tool, args}."
+            raise self.error(f"{key}.inverse_args", "inverse_args without inverse_tool", fix)
+        if "snapshot_args" in raw and "snapshot_tool" not in raw:
+            fix = "Add snapshot_tool, or remove snapshot_args."
+            raise self.error(f"{key}.snapshot_args", "snapshot_args without snapshot_tool", fix)
+
+    def snapshot_args(self, raw: dict[str, Any], key: str) -> Template | None:
+        if "snapshot_tool" not in raw:
+            return None
+        return self.template(raw.get("snapshot_args", {}), f"{key}.snapshot_args")
+
+    def inverse(self, raw: dict[str, Any], key: str) -> tuple[InverseStep, ...]:
+        if "inverse_tool" in raw:
+            tool = self.target(raw["inverse_tool"], f"{key}.inverse_tool")
+            args = self.template(raw.get("inverse_args", {}), f"{key}.inverse_args")
+            return (InverseStep(tool=tool, args=args, when=None),)
+        if "inverse" not in raw:
+            return ()
+        steps = self.expect(raw["inverse"], list, f"{key}.inverse")
+        if not steps:
+            fix = "Add at least one {tool, args} step, or remove the key."
+            raise self.error(f"{key}.inverse", "the inverse list is empty", fix)
+        return tuple(self.step(step, f"{key}.inverse[{i}]") for i, step in enumerate(steps))
+
+    def step(self, raw: Any, key: str) -> InverseStep:
+        raw = self.mapping(raw, key, _STEP_KEYS, ("tool",))
+        return InverseStep(
+            tool=self.target(raw["tool"], f"{key}.tool"),
+            args=self.template(raw.get("args", {}), f"{key}.args"),
+            when=self.optional(raw, "when", key, self.condition),
+        )
+
+    def test_spec(self, value: Any, key: str) -> TestSpec:
+        raw = self.mapping(value, key, _TEST_KEYS)
+        schema = self.optional(raw, "schema", key, lambda v, k: self.expect(v, dict, k))
+        examples = self.expect(raw.get("examples", []), list, f"{key}.examples")
+        for index, example in enumerate(examples):
+            self.expect(example, dict, f"{key}.examples[{index}]")
+        return TestSpec(schema=schema, examples=tuple(examples))
+
+    def check_contexts(self, policy: ToolPolicy) -> None:
+        if policy.snapshot_args is not None:
+            why = "the snapshot is taken before the call, when only args is known"
+            self.restrict(policy.snapshot_args.expressions(), {"args"}, why)
+        if policy.error_when is not None:
+            why = "error_when sees only the call's result and args"
+            self.restrict([policy.error_when], {"result", "args"}, why)
+        if policy.mutating_when is not None:
+            self.restrict([policy.mutating_when], {"args"}, "mutating_when sees only args")
+        if policy.classification is Classification.REVERSIBLE:
+            why = "a reversible tool takes no snapshot (classify it compensable to take one)"
+            self.restrict(_step_expressions(policy.inverse), _ALL_NAMES - _SNAPSHOT_NAMES, why)
+
+
+def _step_expressions(steps: Iterable[InverseStep]) -> list[Expression]:
+    found: list[Expression] = []
+    for step in steps:
+        found.extend(step.args.expressions())
+        if step.when is not None:
+            found.append(step.when)
+    return found

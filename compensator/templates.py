@@ -1,0 +1,348 @@
+"""JMESPath expressions and `{expr}` templates evaluated over a tool call's context."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jmespath
+from jmespath import exceptions as jexc
+from jmespath import functions as jfun
+from jmespath.parser import ParsedResult, Parser
+
+from .errors import ExpressionError
+
+__all__ = [
+    "CONTEXT_NAMES",
+    "Expression",
+    "Template",
+    "compile_expression",
+    "compile_template",
+    "is_truthy",
+]
+
+CONTEXT_NAMES = ("args", "result", "snapshot", "snapshot_error", "change")
+
+# Node types whose first child is evaluated against the current value and the rest
+# against what that child produced.
+_LEFT_ROOTED = frozenset(
+    {"subexpression", "index_expression", "pipe", "projection", "value_projection"}
+    | {"filter_projection"}
+)
+# Node types whose children all see the same value as the node itself.
+_INHERITING = frozenset(
+    {"function_expression", "comparator", "and_expression", "or_expression", "not_expression"}
+    | {"multi_select_list", "multi_select_dict", "key_val_pair", "flatten"}
+)
+# Node types that narrow into their first child: `x[0]`, `x[*]`, `x.*`, `x[?c]`, `x[]`.
+_SPINE = frozenset(
+    {"index_expression", "projection", "value_projection", "filter_projection", "flatten"}
+)
+
+_PARSE_FIX = (
+    "Check the JMESPath syntax (https://jmespath.org/specification.html): "
+    "number and JSON literals go in backticks like `0`, strings in 'single quotes'"
+)
+_TEMPLATE_FIX = (
+    "A string that is exactly {...} is an expression; to send that text literally "
+    "write it as a raw string inside braces: \"{'text'}\""
+)
+_BRACED_CONDITION_FIX = "Conditions are plain JMESPath: drop the surrounding braces"
+
+
+class _Functions(jfun.Functions):
+    """The custom functions available to every expression."""
+
+    @jfun.signature({"types": ["string", "null"]}, {"types": ["string"]})
+    def _func_regex(self, text: str | None, pattern: str) -> str | None:
+        if text is None:
+            return None
+        match = re.search(pattern, text)
+        if match is None:
+            return None
+        return match.group(1) if match.re.groups else match.group(0)
+
+    @jfun.signature({"types": []})
+    def _func_to_json(self, value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+    @jfun.signature({"types": ["string", "null"]})
+    def _func_json_parse(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise jexc.JMESPathError(f"json_parse(): not valid JSON ({exc.msg})") from None
+
+
+_OPTIONS = jmespath.Options(custom_functions=_Functions())
+_FUNCTION_TABLE: Mapping[str, Any] = _Functions.FUNCTION_TABLE
+
+
+def is_truthy(value: Any) -> bool:
+    """JMESPath truthiness: null, false, "", [] and {} are false; all else (0 too) is true."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (str, list, tuple, Mapping)):
+        return len(value) > 0
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Expression:
+    """A compiled JMESPath expression with the package's custom functions."""
+
+    source: str
+    where: str = ""
+    parsed: ParsedResult = field(repr=False, compare=False)
+
+    def evaluate(self, context: Mapping[str, Any]) -> Any:
+        """Search `context` (a dict holding some of CONTEXT_NAMES); missing names are null."""
+        try:
+            return self.parsed.search(context, options=_OPTIONS)
+        except (jexc.JMESPathError, re.error) as exc:
+            detail = f"failed to evaluate: {_runtime_complaint(exc)}"
+            fix = "Check the types the expression receives"
+            raise _error(self.source, self.where, detail, fix) from None
+
+    def truthy(self, context: Mapping[str, Any]) -> bool:
+        """Evaluate and apply JMESPath truthiness (0 is true, [] is false)."""
+        return is_truthy(self.evaluate(context))
+
+    def root_paths(self) -> tuple[tuple[str, ...], ...]:
+        """The plain field chains read from the root, e.g. `args.id` -> ("args", "id")."""
+        found: list[tuple[str, ...]] = []
+        for path in _paths(self.parsed.parsed):
+            if path not in found:
+                found.append(path)
+        return tuple(found)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Template:
+    """A JSON-like value whose `"{EXPR}"` strings are expressions, rendered per call."""
+
+    source: Any
+    where: str = ""
+    tree: Any = field(repr=False, compare=False)
+
+    def render(self, context: Mapping[str, Any]) -> Any:
+        """A fresh structure with every expression replaced by its (native) value."""
+        return _render(self.tree, context)
+
+    def expressions(self) -> tuple[Expression, ...]:
+        """Every expression in the template, in document order."""
+        return tuple(_expressions(self.tree))
+
+    @property
+    def is_literal(self) -> bool:
+        """True when the template contains no expression."""
+        return not self.expressions()
+
+
+def compile_expression(source: str, *, where: str, check_roots: bool = True) -> Expression:
+    """Parse `source`; with `check_roots`, its root fields must be in CONTEXT_NAMES."""
+    return _compile(source, where, check_roots, source)
+
+
+def compile_template(value: Any, *, where: str) -> Template:
+    """Compile a JSON-like value; strings that are exactly `{EXPR}` become expressions."""
+    return Template(source=copy.deepcopy(value), where=where, tree=_compile_node(value, where))
+
+
+def _compile_node(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+        inner = _braced(value)
+        return value if inner is None else _compile(inner, where, True, value)
+    if isinstance(value, Mapping):
+        return {k: _compile_node(v, _join(where, str(k))) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_compile_node(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _braced(text: str) -> str | None:
+    if len(text) >= 2 and text[0] == "{" and text[-1] == "}" and text[1:-1].strip():
+        return text[1:-1].strip()
+    return None
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _render(node: Any, context: Mapping[str, Any]) -> Any:
+    if isinstance(node, Expression):
+        return copy.deepcopy(node.evaluate(context))
+    if isinstance(node, dict):
+        return {k: _render(v, context) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_render(v, context) for v in node]
+    return node
+
+
+def _expressions(node: Any) -> Iterator[Expression]:
+    if isinstance(node, Expression):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _expressions(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _expressions(value)
+
+
+def _compile(source: str, where: str, check_roots: bool, shown: str) -> Expression:
+    if not isinstance(source, str):
+        raise _error(repr(source), where, "is not a string", "Write the expression as a string")
+    try:
+        parsed = Parser().parse(source)
+    except jexc.JMESPathError as exc:
+        detail = f"does not parse: {_parse_complaint(exc)}"
+        raise _error(shown, where, detail, _parse_fix(source, shown)) from None
+    for node in _walk(parsed.parsed):
+        _check_node(node, shown, where)
+    if check_roots:
+        _check_roots(parsed.parsed, shown, where)
+    return Expression(source=source, where=where, parsed=parsed)
+
+
+def _error(shown: str, where: str, detail: str, fix: str) -> ExpressionError:
+    message = f"`{shown}` at {where}: {detail}. {fix}"
+    return ExpressionError(message, source=shown, where=where, detail=detail, fix=fix)
+
+
+def _parse_complaint(exc: jexc.JMESPathError) -> str:
+    if isinstance(exc, jexc.EmptyExpressionError):
+        return "the expression is empty"
+    if isinstance(exc, jexc.IncompleteExpressionError):
+        return f"the expression ends too early at column {exc.lex_position + 1}"
+    if isinstance(exc, jexc.LexerError):
+        return f"{exc.message} at column {exc.lexer_position + 1}"
+    if isinstance(exc, jexc.ParseError):
+        return f"{exc.msg} at column {exc.lex_position + 1}"
+    return str(exc)
+
+
+def _parse_fix(source: str, shown: str) -> str:
+    if shown != source:
+        return f"{_PARSE_FIX}. {_TEMPLATE_FIX}"
+    if source.startswith("{") and source.endswith("}"):
+        return f"{_BRACED_CONDITION_FIX}. {_PARSE_FIX}"
+    return _PARSE_FIX
+
+
+def _runtime_complaint(exc: Exception) -> str:
+    if isinstance(exc, jexc.JMESPathTypeError):
+        # The offending value is left out on purpose: it may be a secret argument.
+        expected = ", ".join(exc.expected_types)
+        return f"{exc.function_name}() got {exc.actual_type}, expected {expected}"
+    return str(exc)
+
+
+def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("children", ()):
+        if isinstance(child, dict):
+            yield from _walk(child)
+
+
+def _root_children(node: dict[str, Any]) -> list[dict[str, Any]]:
+    kids = [c for c in node.get("children", ()) if isinstance(c, dict)]
+    if node["type"] in _LEFT_ROOTED:
+        return kids[:1]
+    return kids if node["type"] in _INHERITING else []
+
+
+def _root_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in _root_children(node):
+        yield from _root_nodes(child)
+
+
+def _check_node(node: dict[str, Any], shown: str, where: str) -> None:
+    kind = node["type"]
+    if kind == "function_expression":
+        _check_call(node, shown, where)
+    elif kind == "subexpression" and node["children"][0]["type"] == "not_expression":
+        detail = "`!` binds tighter than `.`, so `!a.b` means `(!a).b`, which is always null"
+        raise _error(shown, where, detail, "Add parentheses: write `!(a.b)`")
+
+
+def _check_call(node: dict[str, Any], shown: str, where: str) -> None:
+    name = node["value"]
+    spec = _FUNCTION_TABLE.get(name)
+    if spec is None:
+        fix = _suggest(
+            name,
+            sorted(_FUNCTION_TABLE),
+            "Use a JMESPath built-in or one of regex, to_json, json_parse",
+        )
+        raise _error(shown, where, f"calls unknown function {name}()", fix)
+    signature, count = spec["signature"], len(node["children"])
+    variadic = bool(signature) and signature[-1].get("variadic", False)
+    if count < len(signature) if variadic else count != len(signature):
+        wanted = f"{'at least ' if variadic else ''}{len(signature)}"
+        detail = f"{name}() takes {wanted} argument(s) but gets {count}"
+        raise _error(shown, where, detail, "Fix the argument list")
+    if name == "regex":
+        _check_pattern(node["children"][1], shown, where)
+
+
+def _check_pattern(node: dict[str, Any], shown: str, where: str) -> None:
+    if node["type"] != "literal" or not isinstance(node["value"], str):
+        return
+    try:
+        re.compile(node["value"])
+    except re.error as exc:
+        detail = f"regex() pattern is not a valid regular expression ({exc})"
+        raise _error(shown, where, detail, "Fix the pattern (Python `re` syntax)") from None
+
+
+def _check_roots(tree: dict[str, Any], shown: str, where: str) -> None:
+    for node in _root_nodes(tree):
+        if node["type"] == "field" and node["value"] not in CONTEXT_NAMES:
+            name = node["value"]
+            detail = f"names `{name}`; expressions start from one of {', '.join(CONTEXT_NAMES)}"
+            fallback = (
+                f"Start from a context name, e.g. args.{name}; for literal text write '{name}'"
+            )
+            raise _error(shown, where, detail, _suggest(name, CONTEXT_NAMES, fallback))
+
+
+def _suggest(name: str, choices: Any, fallback: str) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f"Did you mean '{close[0]}'?" if close else f"{fallback}."
+
+
+def _chain(node: dict[str, Any]) -> tuple[tuple[str, ...], bool]:
+    """The field names a node reads from its input, and whether that is all it does."""
+    kind = node["type"]
+    if kind == "field":
+        return (node["value"],), True
+    if kind == "subexpression":
+        names: tuple[str, ...] = ()
+        for child in node["children"]:
+            more, plain = _chain(child)
+            names += more
+            if not plain:
+                return names, False
+        return names, True
+    if kind in _SPINE:
+        return _chain(node["children"][0])[0], False
+    return (), False
+
+
+def _paths(node: dict[str, Any]) -> Iterator[tuple[str, ...]]:
+    names, _ = _chain(node)
+    if names:
+        yield names
+        return
+    for child in _root_children(node):
+        yield from _paths(child)

@@ -1,0 +1,316 @@
+"""Unit tests for compensator.templates: expressions, templates, custom functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from compensator.errors import ExpressionError
+from compensator.templates import (
+    CONTEXT_NAMES,
+    compile_expression,
+    compile_template,
+    is_truthy,
+)
+
+CONTEXT = {
+    "args": {"id": 7, "title": "buy milk", "tags": ["a", "b"], "dry_run": False},
+    "result": {"id": 42, "ok": True, "items": [{"id": 1, "done": True}, {"id": 2, "done": False}]},
+    "snapshot": {"task": {"id": 7, "title": "old"}, "children": [], "links": [3, 4]},
+}
+
+
+def expr(source: str, **kwargs: bool):
+    return compile_expression(source, where="test", **kwargs)
+
+
+def test_context_names() -> None:
+    assert CONTEXT_NAMES == ("args", "result", "snapshot", "snapshot_error", "change")
+
+
+# -- templates ---------------------------------------------------------------------------
+
+
+def test_braced_string_keeps_native_type() -> None:
+    template = compile_template(
+        {"id": "{result.id}", "tags": "{args.tags}", "task": "{snapshot.task}"}, where="t"
+    )
+    rendered = template.render(CONTEXT)
+    assert rendered == {"id": 42, "tags": ["a", "b"], "task": {"id": 7, "title": "old"}}
+    assert isinstance(rendered["id"], int)
+
+
+def test_partial_strings_and_other_values_are_literal() -> None:
+    value = {
+        "note": "task {args.id} removed",
+        "brace": "{",
+        "empty": "{}",
+        "blank": "{  }",
+        "open": "{args.id",
+        "n": 3,
+        "flag": None,
+    }
+    template = compile_template(value, where="t")
+    assert template.is_literal
+    assert template.expressions() == ()
+    assert template.render(CONTEXT) == value
+
+
+def test_nested_walk_renders_lists_and_dicts() -> None:
+    template = compile_template(
+        {"outer": {"ids": ["{args.id}", "{result.id}", 5], "name": "{args.title}"}}, where="t"
+    )
+    assert template.render(CONTEXT) == {"outer": {"ids": [7, 42, 5], "name": "buy milk"}}
+    assert not template.is_literal
+
+
+def test_whole_value_template_and_missing_names_render_null() -> None:
+    assert compile_template("{args}", where="t").render({"args": {"x": 1}}) == {"x": 1}
+    assert compile_template({"x": "{snapshot_error}"}, where="t").render({}) == {"x": None}
+
+
+def test_render_returns_a_fresh_structure() -> None:
+    context = {"args": {"tags": ["a"]}}
+    template = compile_template({"tags": "{args.tags}", "fixed": [1]}, where="t")
+    first = template.render(context)
+    first["tags"].append("mutated")
+    first["fixed"].append(2)
+    assert context["args"]["tags"] == ["a"]
+    assert template.render(context) == {"tags": ["a"], "fixed": [1]}
+
+
+def test_expressions_carry_nested_locations() -> None:
+    template = compile_template(
+        {"id": "{args.id}", "list": ["x", "{result.items}"]}, where="tools.t.inverse_args"
+    )
+    wheres = [e.where for e in template.expressions()]
+    sources = [e.source for e in template.expressions()]
+    assert wheres == ["tools.t.inverse_args.id", "tools.t.inverse_args.list[1]"]
+    assert sources == ["args.id", "result.items"]
+
+
+def test_template_error_names_nested_location() -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_template({"a": {"b": ["ok", "{argz.id}"]}}, where="root")
+    assert info.value.where == "root.a.b[1]"
+    assert "`{argz.id}` at root.a.b[1]" in str(info.value)
+
+
+def test_template_keeps_source() -> None:
+    value = {"id": "{args.id}"}
+    template = compile_template(value, where="t")
+    value["id"] = "changed"
+    assert template.source == {"id": "{args.id}"}
+
+
+def test_double_braces_give_a_multiselect_hash() -> None:
+    rendered = compile_template("{{key: args.id}}", where="t").render(CONTEXT)
+    assert rendered == {"key": 7}
+
+
+# -- evaluation --------------------------------------------------------------------------
+
+
+def test_projection_and_filter() -> None:
+    assert expr("result.items[*].id").evaluate(CONTEXT) == [1, 2]
+    assert expr("result.items[?done].id").evaluate(CONTEXT) == [1]
+    assert expr("result.items[?id > `1`] | [0].id").evaluate(CONTEXT) == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, False),
+        (False, False),
+        ("", False),
+        ([], False),
+        ({}, False),
+        (0, True),
+        (0.0, True),
+        ("0", True),
+        ([0], True),
+        (True, True),
+        ({"a": None}, True),
+    ],
+)
+def test_truthiness(value: object, expected: bool) -> None:
+    assert is_truthy(value) is expected
+    assert expr("args.v").truthy({"args": {"v": value}}) is expected
+
+
+def test_conditions() -> None:
+    assert expr("length(snapshot.children) > `0`").truthy(CONTEXT) is False
+    assert expr("length(snapshot.links) > `0`").truthy(CONTEXT) is True
+    assert expr("!(args.dry_run)").truthy(CONTEXT) is True
+    assert expr("result.ok == `false`").truthy(CONTEXT) is False
+
+
+def test_runtime_type_error_is_expression_error_without_the_value() -> None:
+    with pytest.raises(ExpressionError) as info:
+        expr("abs(args.secret)").evaluate({"args": {"secret": "hunter2"}})
+    assert "abs() got string" in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+# -- custom functions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern", "expected"),
+    [
+        ("created task id=42 ok", r"id=(\d+)", "42"),
+        ("created task id=42 ok", r"id=\d+", "id=42"),
+        ("a1 b2", r"([a-z])(\d)", "a"),
+        ("nothing here", r"id=(\d+)", None),
+        (None, r"id=(\d+)", None),
+    ],
+)
+def test_regex(text: str | None, pattern: str, expected: str | None) -> None:
+    found = expr("regex(args.text, args.pattern)").evaluate(
+        {"args": {"text": text, "pattern": pattern}}
+    )
+    assert found == expected
+
+
+def test_regex_with_literal_pattern() -> None:
+    assert expr(r"regex(args.text, 'n=(\d+)')").evaluate({"args": {"text": "n=5"}}) == "5"
+
+
+def test_to_json_is_compact_and_sorted() -> None:
+    value = expr("to_json(args)").evaluate({"args": {"b": [1, 2], "a": "x"}})
+    assert value == '{"a":"x","b":[1,2]}'
+
+
+def test_json_parse() -> None:
+    assert expr("json_parse(args.t)").evaluate({"args": {"t": '{"a": [1]}'}}) == {"a": [1]}
+    assert expr("json_parse(args.t)").evaluate({"args": {}}) is None
+    with pytest.raises(ExpressionError, match="not valid JSON"):
+        expr("json_parse(args.t)").evaluate({"args": {"t": "{nope"}})
+
+
+# -- root paths --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "paths"),
+    [
+        ("args.id", (("args", "id"),)),
+        ("length(snapshot.links)", (("snapshot", "links"),)),
+        ("snapshot.children[*].id", (("snapshot", "children"),)),
+        ("result.items[?done].id", (("result", "items"),)),
+        ("args.items[0].name", (("args", "items"),)),
+        ("[args.a, result.b.c]", (("args", "a"), ("result", "b", "c"))),
+        ("sort_by(snapshot.rows, &id)", (("snapshot", "rows"),)),
+        ("args.x | y", (("args", "x"),)),
+        ("args.a == args.a", (("args", "a"),)),
+        ("`1`", ()),
+        ("@", ()),
+        ("{k: change.id}", (("change", "id"),)),
+    ],
+)
+def test_root_paths(source: str, paths: tuple[tuple[str, ...], ...]) -> None:
+    assert expr(source).root_paths() == paths
+
+
+# -- compile errors ----------------------------------------------------------------------
+
+
+def test_root_check_with_did_you_mean() -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_template("{argz.id}", where="tools.x.inverse_args.id")
+    message = str(info.value)
+    assert message.startswith("`{argz.id}` at tools.x.inverse_args.id: names `argz`;")
+    assert "expressions start from one of args, result, snapshot, snapshot_error, change" in message
+    assert message.endswith("Did you mean 'args'?")
+    assert info.value.fix == "Did you mean 'args'?"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "length(other)",
+        "args.a == other",
+        "[args.a, other]",
+        "other[0]",
+        "other[*].x",
+        "other | args",
+        "!other",
+        "args && other",
+        "{k: other}",
+        "other[]",
+    ],
+)
+def test_root_check_everywhere_at_the_root(source: str) -> None:
+    with pytest.raises(ExpressionError, match="names `other`"):
+        expr(source)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "args.other",
+        "args[?other == `1`]",
+        "args[*].other",
+        "args.*.other",
+        "sort_by(args, &other)",
+        "args | other",
+        '`"other"`',
+        "'other'",
+    ],
+)
+def test_relative_names_are_not_root_checked(source: str) -> None:
+    expr(source)
+
+
+def test_no_close_name_gives_general_hint() -> None:
+    with pytest.raises(ExpressionError) as info:
+        expr("zzzz")
+    assert "Did you mean" not in str(info.value)
+    assert "args.zzzz" in str(info.value)
+
+
+def test_check_roots_can_be_disabled() -> None:
+    assert expr("tasks[*].id", check_roots=False).evaluate({"tasks": [{"id": 1}]}) == [1]
+
+
+@pytest.mark.parametrize(
+    ("source", "complaint"),
+    [
+        ("args.", "does not parse"),
+        ("args[", "ends too early"),
+        ("args ~ x", "Unknown token ~"),
+        ("", "empty"),
+    ],
+)
+def test_parse_errors(source: str, complaint: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_expression(source, where="tools.t.when")
+    message = str(info.value)
+    assert complaint in message
+    assert "at tools.t.when" in message
+    assert f"`{source}`" in message
+    assert "JMESPath syntax" in message
+
+
+def test_braced_parse_error_explains_literal_text() -> None:
+    with pytest.raises(ExpressionError, match="raw string"):
+        compile_template('{"a":1}', where="t")
+
+
+def test_unknown_function_suggests() -> None:
+    with pytest.raises(ExpressionError, match=r"unknown function lenght.*Did you mean 'length'"):
+        expr("lenght(args)")
+
+
+def test_wrong_arity_is_caught_at_compile_time() -> None:
+    with pytest.raises(ExpressionError, match=r"regex\(\) takes 2"):
+        expr("regex(args.text)")
+
+
+def test_bad_literal_regex_is_caught_at_compile_time() -> None:
+    with pytest.raises(ExpressionError, match="not a valid regular expression"):
+        expr("regex(args.text, '(')")
+
+
+def test_negation_precedence_trap_is_rejected() -> None:
+    with pytest.raises(ExpressionError, match=r"write `!\(a.b\)`"):
+        expr("!args.dry_run")
