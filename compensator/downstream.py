@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,15 @@ from . import _sdk
 from .errors import DownstreamError
 from .registry import ServerSpec
 
-__all__ = ["STARTUP_TIMEOUT", "Downstream", "DownstreamPool", "RoutedTool", "split_name"]
+__all__ = [
+    "PASS_ENV",
+    "STARTUP_TIMEOUT",
+    "Downstream",
+    "DownstreamPool",
+    "RoutedTool",
+    "child_environment",
+    "split_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +37,8 @@ MAX_TOOL_PAGES = 1000
 """A bound on `tools/list` pagination, against a server whose cursor never ends."""
 
 SEPARATOR = "__"
+
+PASS_ENV = "COMPENSATOR_PASS_ENV"
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -71,7 +82,7 @@ class Downstream:
         """Own the server's whole life in one task: the SDK's contexts must exit where entered."""
         try:
             await self._serve(closing, startup_timeout)
-        except Exception as exc:  # noqa: BLE001 - any failure leaves this server out
+        except Exception as exc:
             self.error = self.error or _describe(exc)
             log.error("server %r is unavailable: %s", self.name, self.error)
         finally:
@@ -82,7 +93,7 @@ class Downstream:
         params = StdioServerParameters(
             command=self.spec.command,
             args=list(self.spec.args),
-            env=dict(self.spec.env) or None,
+            env=child_environment(self.spec.env),
             cwd=str(self.spec.cwd),
         )
         async with (
@@ -121,6 +132,15 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
         if not cursor:
             return tools
     raise DownstreamError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+
+
+def child_environment(explicit: Mapping[str, str]) -> dict[str, str] | None:
+    """What a server gets on top of the SDK's allow-list (HOME, PATH, USER, ...): the
+    variables named in $COMPENSATOR_PASS_ENV (comma-separated), then its registry `env`."""
+    names = (n.strip() for n in os.environ.get(PASS_ENV, "").split(","))
+    passed = {name: os.environ[name] for name in names if name and name in os.environ}
+    merged = {**passed, **explicit}
+    return merged or None
 
 
 def _describe(exc: BaseException) -> str:

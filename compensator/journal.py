@@ -388,7 +388,7 @@ class Journal:
                 db.mark_undone(*undone)
 
     def mark_undone(self, change_id: int, note: str) -> None:
-        """Settle a change that needed no compensating call (all steps skipped, or a failed call)."""
+        """Settle a change that needed no compensating call now (steps skipped, or call failed)."""
         with self._transaction() as db:
             db.mark_undone(change_id, note)
 

@@ -139,9 +139,9 @@ class Proxy:
             if hint and self.registry.defaults.trust_read_only_hint:
                 return Classification.READ
             return Classification.UNKNOWN
-        if arguments is not None and policy.mutating_when is not None:
-            if not policy.mutating_when.truthy({"args": dict(arguments)}):
-                return Classification.READ
+        gate = policy.mutating_when
+        if arguments is not None and gate is not None and not gate.truthy({"args": arguments}):
+            return Classification.READ
         return policy.classification
 
     # -- forwarding --------------------------------------------------------------------
@@ -210,9 +210,9 @@ class Proxy:
         if is_error:
             return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
         policy = self.registry.policy(name)
-        if policy is not None and policy.error_when is not None:
-            if policy.error_when.truthy({"result": value, "args": dict(arguments)}):
-                return CallOutcome(ok=False, value=value, error=_error_text(value, content))
+        failed = policy.error_when if policy is not None else None
+        if failed is not None and failed.truthy({"result": value, "args": dict(arguments)}):
+            return CallOutcome(ok=False, value=value, error=_error_text(value, content))
         return CallOutcome(ok=True, value=value)
 
     async def _call_for_undo(self, name: str, arguments: dict[str, Any]) -> CallOutcome:

@@ -163,7 +163,7 @@ def _render_step(step: InverseStep, context: dict[str, Any], index: int) -> dict
         args = step.args.render(context)
     except CompensatorError as exc:
         raise _Skip(f"cannot build step {index + 1} ({step.tool}): {exc}") from exc
-    except Exception as exc:  # noqa: BLE001 - JMESPath raises its own types at run time
+    except Exception as exc:
         raise _Skip(f"cannot build step {index + 1} ({step.tool}): {exc}") from exc
     if not isinstance(args, dict):
         raise _Skip(f"step {index + 1} ({step.tool}) args rendered to {args!r}, not an object")
