@@ -211,9 +211,19 @@ class Journal:
                 f"cannot open journal {self.path}: {exc}. Pass --db with a writable path."
             ) from exc
         self._db.row_factory = sqlite3.Row
-        self._configure()
-        self._migrate()
-        self.recover_abandoned()
+        try:
+            self._configure()
+            self._migrate()
+            self.recover_abandoned()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise JournalError(
+                f"cannot use journal {self.path}: {exc}. Pass --db with a journal file "
+                "written by compensator, or a new path."
+            ) from exc
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- set-up -----------------------------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""The journal on its own: durability rules, schema version, recovery of abandoned calls."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compensator.errors import JournalError
+from compensator.journal import SCHEMA_VERSION, Journal, Status, default_journal_path
+
+
+@pytest.fixture
+def open_journal():
+    """Open journals and close them all afterwards (3.13 warns about unclosed connections)."""
+    opened: list[Journal] = []
+
+    def open_(path: Path) -> Journal:
+        opened.append(Journal(path))
+        return opened[-1]
+
+    yield open_
+    for journal in opened:
+        journal.close()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def test_new_journal_is_private_versioned_and_in_wal_mode(tmp_path: Path):
+    journal = Journal(tmp_path / "sub" / "j.db")
+    journal.close()
+    path = tmp_path / "sub" / "j.db"
+    assert path.stat().st_mode & 0o777 == 0o600
+    db = raw(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+
+def test_newer_schema_is_refused_with_advice(tmp_path: Path):
+    path = tmp_path / "j.db"
+    Journal(path).close()
+    db = raw(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
+        Journal(path)
+
+
+def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
+    journal = open_journal(tmp_path / "j.db")
+    early = journal.record_intent(tool="s__a", classification="reversible", args={"n": 1})
+    journal.record_outcome(early, status=Status.OK, result={"id": 1})
+    cp = journal.create_checkpoint("cp")
+    late = journal.record_intent(tool="s__b", classification="compensable", args={"n": 2})
+    assert [c.id for c in journal.open_changes()] == [late, early]
+    assert [c.id for c in journal.open_changes(cp)] == [late]
+    assert journal.change(late).checkpoint_id == cp.id
+    assert journal.change(late).status == Status.PENDING
+    assert journal.change(early).result == {"id": 1}
+
+
+def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
+    journal = open_journal(tmp_path / "j.db")
+    change = journal.record_intent(tool="s__a", classification="reversible", args={})
+    step = journal.record_step_started(change, 0, "s__undo", {"id": 1})
+    assert journal.completed_steps(change) == set()
+    journal.record_step_outcome(step, ok=True, result={}, undone=(change, "compensated"))
+    assert journal.completed_steps(change) == {0}
+    assert journal.open_changes() == []
+    assert journal.change(change).undo_note == "compensated"
+    assert [c.status for c in journal.compensations(change)] == ["ok"]
+
+
+def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_journal):
+    path = tmp_path / "j.db"
+    journal = open_journal(path)
+    mine = journal.record_intent(tool="s__a", classification="reversible", args={})
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    orphan = journal.record_intent(tool="s__b", classification="reversible", args={})
+    db = raw(path)
+    db.execute("UPDATE changes SET pid = ? WHERE id = ?", (int(dead.stdout), orphan))
+    db.close()
+    reopened = open_journal(path)
+    assert reopened.change(orphan).status == Status.UNKNOWN
+    assert "stopped before the outcome" in reopened.change(orphan).error
+    assert reopened.change(mine).status == Status.PENDING  # this process is alive
+
+
+def test_default_path_is_per_registry_and_overridable(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("COMPENSATOR_DB", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    one = default_journal_path(tmp_path / "a" / "reg.yaml")
+    two = default_journal_path(tmp_path / "b" / "reg.yaml")
+    assert one.parent == tmp_path / "state" / "mcp-compensator"
+    assert one.name.startswith("reg-") and one != two
+    monkeypatch.setenv("COMPENSATOR_DB", str(tmp_path / "explicit.db"))
+    assert default_journal_path(tmp_path / "a" / "reg.yaml") == tmp_path / "explicit.db"
+
+
+def test_a_file_that_is_not_a_journal_is_a_clear_error(tmp_path: Path):
+    path = tmp_path / "notes.txt"
+    path.write_text("these are my notes, not a database\n" * 100)
+    with pytest.raises(JournalError, match=r"cannot use journal .*notes\.txt"):
+        Journal(path)
+    assert path.read_text().startswith("these are my notes")
