@@ -21,6 +21,7 @@ from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .journal import Journal, Status, default_journal_path
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .results import parse_result, result_text
+from .templates import Expression
 from .undo import CallOutcome, Undoer
 
 __all__ = ["Proxy", "main", "serve"]
@@ -140,8 +141,10 @@ class Proxy:
                 return Classification.READ
             return Classification.UNKNOWN
         gate = policy.mutating_when
-        if arguments is not None and gate is not None and not gate.truthy({"args": arguments}):
-            return Classification.READ
+        # When the condition cannot be evaluated, journaling is the safe side.
+        if gate is not None and arguments is not None:
+            mutating = _holds(gate, {"args": arguments}, default=True)
+            return policy.classification if mutating else Classification.READ
         return policy.classification
 
     # -- forwarding --------------------------------------------------------------------
@@ -211,7 +214,9 @@ class Proxy:
             return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
         policy = self.registry.policy(name)
         failed = policy.error_when if policy is not None else None
-        if failed is not None and failed.truthy({"result": value, "args": dict(arguments)}):
+        # A condition that cannot be evaluated counts the call as done, so it stays undoable.
+        context = {"result": value, "args": dict(arguments)}
+        if failed is not None and _holds(failed, context, default=False):
             return CallOutcome(ok=False, value=value, error=_error_text(value, content))
         return CallOutcome(ok=True, value=value)
 
@@ -269,6 +274,14 @@ class Proxy:
             )
         annotations = routed.annotations if routed is not None else {}
         return meta.explain(tool, self.classify(tool), self.registry.policy(tool), annotations)
+
+
+def _holds(condition: Expression, context: Mapping[str, Any], *, default: bool) -> bool:
+    try:
+        return condition.truthy(context)
+    except CompensatorError as exc:
+        log.warning("%s; taking it as %s", exc, default)
+        return default
 
 
 def _error_text(value: Any, content: Sequence[Mapping[str, Any]]) -> str:

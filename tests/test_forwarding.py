@@ -115,3 +115,23 @@ async def test_server_that_fails_to_start_is_left_out(proxy, write_registry, pro
     log = proxy_log()
     assert "'missing' failed to start" in log
     assert "'crashing' failed to start" in log
+
+
+async def test_conditions_that_cannot_be_evaluated_err_on_the_safe_side(proxy, write_registry):
+    extra = """
+tools:
+  fid__bump:
+    classification: reversible
+    mutating_when: "length(args.items) > `0`"      # length(null) fails at run time
+    error_when: "length(result.missing) > `0`"
+    inverse_tool: fid__bump
+    inverse_args: {by: -1}
+"""
+    config = fidelity_registry(write_registry, extra)
+    async with proxy(config) as client:
+        cp = await client.checkpoint()
+        await client.call_ok("fid__bump", {"by": 1})
+        [change] = await client.list_changes(cp)
+        assert change["status"] == "ok"  # journaled (mutating), and counted as done
+        assert (await client.undo_to(cp))["skipped"] == []
+        assert (await client.call_ok("fid__peek"))["count"] == 0
