@@ -22,6 +22,7 @@ __all__ = [
     "Defaults",
     "InverseStep",
     "Registry",
+    "ResetCall",
     "ServerSpec",
     "StateProbe",
     "TestSpec",
@@ -65,6 +66,15 @@ class StateProbe:
     args: Template
     select: Expression | None
     unordered: bool
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResetCall:
+    """A call that puts a server back to its empty state (used by the pytest plugin)."""
+
+    tool: str
+    args: Template
     line: int
 
 
@@ -118,6 +128,7 @@ class Registry:
     state: tuple[StateProbe, ...]
     tools: Mapping[str, ToolPolicy]
     defaults: Defaults
+    reset: tuple[ResetCall, ...] = ()
 
     def policy(self, tool: str) -> ToolPolicy | None:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""
@@ -154,7 +165,8 @@ def _unreadable(file: Path, problem: str, fix: str) -> RegistryError:
     return RegistryError(f"{file}: registry {problem}. {fix}.", path=str(file), fix=f"{fix}.")
 
 
-_TOP_KEYS = ("servers", "defaults", "state", "tools")
+_TOP_KEYS = ("servers", "defaults", "state", "reset", "tools")
+_RESET_KEYS = ("tool", "args")
 _SERVER_KEYS = ("command", "args", "env", "cwd")
 _DEFAULTS_KEYS = ("trust_read_only_hint",)
 _STATE_KEYS = ("tool", "args", "select", "unordered")
@@ -297,6 +309,7 @@ class _Parser:
             state=self.state(top.get("state")),
             tools=MappingProxyType(self.tools(top.get("tools"))),
             defaults=self.defaults(top.get("defaults")),
+            reset=self.resets(top.get("reset")),
         )
 
     def defaults(self, raw: Any) -> Defaults:
@@ -375,6 +388,18 @@ class _Parser:
             args=self.template(raw.get("args", {}), f"{key}.args"),
             select=select,
             unordered=self.expect(raw.get("unordered", False), bool, f"{key}.unordered"),
+            line=line_of(self.lines, key),
+        )
+
+    def resets(self, raw: Any) -> tuple[ResetCall, ...]:
+        items = self.expect([] if raw is None else raw, list, "reset")
+        return tuple(self.reset_call(item, f"reset[{i}]") for i, item in enumerate(items))
+
+    def reset_call(self, raw: Any, key: str) -> ResetCall:
+        raw = self.mapping(raw, key, _RESET_KEYS, ("tool",))
+        return ResetCall(
+            tool=self.target(raw["tool"], f"{key}.tool"),
+            args=self.template(raw.get("args", {}), f"{key}.args"),
             line=line_of(self.lines, key),
         )
 

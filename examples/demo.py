@@ -82,7 +82,7 @@ async def story(client: ProxyClient) -> bool:
 
 async def main(registry: Path) -> int:
     with tempfile.TemporaryDirectory(prefix="compensator-demo-") as tmp:
-        env = {"TASKS_DB": str(Path(tmp) / "tasks.db")}
+        env = {"COMPENSATOR_WORKDIR": tmp}
         journal = Path(tmp) / "journal.db"
         with (Path(tmp) / "proxy.log").open("w") as log:
             async with launch_proxy(registry, journal, env=env, cwd=tmp, stderr=log) as client:

@@ -232,6 +232,18 @@ async def purge_completed() -> dict[str, Any]:
         return {"purged": len(delete_subtrees(done))}
 
 
+@mcp.tool(
+    description="Delete every task and label and restart ids at 1 (a test hook).",
+    annotations=DESTRUCTIVE,
+)
+async def reset() -> dict[str, Any]:
+    with db:
+        db.execute("DELETE FROM tasks")
+        db.execute("DELETE FROM labels")
+        db.execute("DELETE FROM sqlite_sequence")
+    return {"reset": True}
+
+
 def main() -> None:
     global db
     parser = argparse.ArgumentParser(description="Task-list MCP server (stdio).")

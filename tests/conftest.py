@@ -72,7 +72,7 @@ def proxy_log(tmp_path: Path) -> Callable[[], str]:
 
 @pytest.fixture
 def tasks_env(tmp_path: Path) -> dict[str, str]:
-    return {"TASKS_DB": str(tmp_path / "tasks.db")}
+    return {"COMPENSATOR_WORKDIR": str(tmp_path)}
 
 
 @pytest.fixture

@@ -457,7 +457,7 @@ def test_unknown_keys_everywhere(
 
 def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     error = load_error(tmp_path, HEAD + "zzz: 1\n", "zzz", "zzz", {})
-    assert "Allowed keys: servers, defaults, state, tools." in str(error)
+    assert "Allowed keys: servers, defaults, state, reset, tools." in str(error)
 
 
 # -- types and required keys -------------------------------------------------------------
@@ -924,3 +924,19 @@ def test_meta_tool_as_policy_key(tmp_path: Path) -> None:
           classification: read
         """)
     load_error(tmp_path, text, "tools.undo_to", "undo_to", {})
+
+
+def test_reset_calls_are_parsed_and_checked(tmp_path):
+    text = """\
+servers:
+  tasks: {command: python}
+reset:
+  - tool: tasks__reset
+  - tool: tasks__seed
+    args: {rows: 3}
+"""
+    registry = parse_registry(text, tmp_path / "r.yaml", {})
+    assert [call.tool for call in registry.reset] == ["tasks__reset", "tasks__seed"]
+    assert registry.reset[1].args.render({}) == {"rows": 3}
+    with pytest.raises(RegistryError, match=r"r\.yaml:4: reset\[0\]\.tool: 'task__reset'"):
+        parse_registry(text.replace("tasks__reset", "task__reset"), tmp_path / "r.yaml", {})
