@@ -15,7 +15,10 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from compensator import _sdk
+from compensator.registry import Registry
 from compensator.results import parse_result, result_text
+
+from .state import observe_state
 
 __all__ = ["ProxyClient", "ToolCallFailed", "ToolReply", "launch_proxy"]
 
@@ -37,8 +40,9 @@ class ToolCallFailed(AssertionError):
 class ProxyClient:
     """Calls the proxy's tools; the meta tools get typed helpers."""
 
-    def __init__(self, session: ClientSession) -> None:
+    def __init__(self, session: ClientSession, registry: Registry | None = None) -> None:
         self.session = session
+        self.registry = registry
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
         result = await _sdk.call_tool_raw(self.session, name, dict(arguments or {}))
@@ -83,6 +87,12 @@ class ProxyClient:
         value: dict[str, Any] = await self.call_ok("undo_to", args)
         return value
 
+    async def observe_state(self) -> dict[str, Any]:
+        """What the registry's `state:` probes see now, normalised for comparison."""
+        if self.registry is None:
+            raise ValueError("this client was launched without a registry to observe")
+        return await observe_state(self.registry, self.call)
+
 
 def proxy_parameters(
     config: str | os.PathLike[str],
@@ -108,12 +118,15 @@ async def launch_proxy(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     stderr: TextIO | None = None,
+    registry: Registry | None = None,
 ) -> AsyncIterator[ProxyClient]:
-    """Start the proxy as a subprocess, initialize a session, and stop it on exit."""
+    """Start the proxy as a subprocess, initialize a session, and stop it on exit.
+
+    `registry` (loaded by the caller) enables `observe_state`."""
     params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
     async with (
         stdio_client(params, errlog=stderr or sys.stderr) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        yield ProxyClient(session)
+        yield ProxyClient(session, registry)

@@ -1,0 +1,295 @@
+"""The generated checks: one round trip per undoable tool, and a stateful machine over all."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, given, target
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from compensator.registry import META_TOOLS, Classification
+
+from .harness import Driver, Harness
+from .report import Coverage, UndoFailure, format_call, format_failure
+from .strategies import arguments
+
+__all__ = [
+    "CheckSettings",
+    "Recorder",
+    "build_machine",
+    "left_out",
+    "run_roundtrip",
+    "run_state_machine",
+    "undoable_tools",
+]
+
+MAX_SETUP_CALLS = 8
+SETUP_ATTEMPTS = 3  # calls that fail while building a pre-state are retried up to this factor
+MAX_UNDO_DEPTH = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckSettings:
+    examples: int
+    steps: int
+    seed: int | None
+
+    def hypothesis(self) -> hypothesis.settings:
+        return hypothesis.settings(
+            max_examples=self.examples,
+            stateful_step_count=self.steps,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            # An explicit seed means "reproduce this run": do not replay saved failures.
+            database=None if self.seed is not None else hypothesis.settings.default.database,
+            print_blob=False,
+        )
+
+    def apply_seed(self, test: Callable[..., None]) -> Callable[..., None]:
+        return test if self.seed is None else hypothesis.seed(self.seed)(test)
+
+
+def undoable_tools(harness: Harness) -> list[str]:
+    """Registered reversible and compensable tools that a server really offers."""
+    wanted = (Classification.REVERSIBLE, Classification.COMPENSABLE)
+    return sorted(
+        name
+        for name, policy in harness.registry.tools.items()
+        if policy.classification in wanted and name in harness.tools
+    )
+
+
+def reversible_tools(harness: Harness, tools: list[str]) -> list[str]:
+    """The reversible ones among `tools`: their inverse is built from what they return, which
+    in most registries means they create something."""
+    registry = harness.registry
+    return [t for t in tools if registry.tools[t].classification is Classification.REVERSIBLE]
+
+
+def left_out(harness: Harness) -> dict[str, str]:
+    """Tools the generated checks do not call, with the reason."""
+    out: dict[str, str] = {}
+    for name, policy in harness.registry.tools.items():
+        if policy.classification in (Classification.IRREVERSIBLE, Classification.READ):
+            out[name] = policy.classification.value
+        elif name not in harness.tools:
+            out[name] = "no server offers it"
+    for name in harness.tools:
+        if harness.registry.policy(name) is None and name not in META_TOOLS:
+            out[name] = "unknown: not in the registry"
+    return out
+
+
+def strategies_for(harness: Harness, tools: list[str]) -> dict[str, st.SearchStrategy]:
+    return {
+        tool: arguments(tool, harness.input_schema(tool), harness.registry.policy(tool))
+        for tool in tools
+    }
+
+
+class Recorder:
+    """Calls through a driver, keeping a readable trace, the ids seen, and coverage counts."""
+
+    def __init__(self, driver: Driver, coverage: Coverage) -> None:
+        self.driver = driver
+        self.coverage = coverage
+        self.trace: list[str] = []
+        self.seen_ids: set[int] = set()
+
+    def draw_args(
+        self, data: st.DataObject, tool: str, strategy: st.SearchStrategy
+    ) -> dict[str, Any]:
+        """Draw arguments; integer ones may be swapped for ids earlier results returned,
+        so that calls hit things that exist."""
+        args: dict[str, Any] = dict(data.draw(strategy, label=tool))
+        for key, value in sorted(args.items()):
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if is_int and self.seen_ids and data.draw(st.booleans(), label=f"reuse id: {key}"):
+                args[key] = data.draw(st.sampled_from(sorted(self.seen_ids)), label=key)
+        return args
+
+    def call(self, tool: str, args: Mapping[str, Any]) -> bool:
+        """Make the call; True when it did not come back isError."""
+        reply = self.driver.call(tool, args)
+        if not reply.is_error:
+            self.seen_ids.update(_ids(reply.value))
+        self.coverage.record_call(tool, not reply.is_error)
+        outcome = f"  -> error: {reply.text[:120]}" if reply.is_error else ""
+        self.trace.append(format_call(tool, args) + outcome)
+        return not reply.is_error
+
+    def checkpoint(self) -> int:
+        checkpoint = self.driver.checkpoint()
+        self.trace.append(f"checkpoint() -> {checkpoint}")
+        return checkpoint
+
+    def undo_and_verify(self, checkpoint: int, expected: Any) -> None:
+        report = self.driver.undo_to(checkpoint)
+        self.trace.append(f"undo_to({checkpoint})")
+        observed = self.driver.observe()
+        restored = observed == expected and not report["skipped"]
+        self.coverage.record_undo(report, verified=restored)
+        if restored:
+            return
+        involved = sorted({c["tool"] for c in report["undone"] + report["skipped"]})
+        headline = (
+            f"undo_to({checkpoint}) did not restore the state at the checkpoint; "
+            f"tools undone: {', '.join(involved) or 'none'}"
+        )
+        raise UndoFailure(
+            format_failure(
+                headline=headline,
+                trace=self.trace,
+                expected=expected,
+                observed=observed,
+                report=report,
+                journal=self.driver.journal_since(checkpoint),
+            )
+        )
+
+
+def _ids(value: Any) -> Iterator[int]:
+    """Integers a result holds under keys that name ids (`id`, `parent_id`, `taskId`...)."""
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            is_id = str(key).lower().endswith("id") and isinstance(inner, int)
+            if is_id and not isinstance(inner, bool):
+                yield inner
+            else:
+                yield from _ids(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _ids(inner)
+
+
+def _size(state: Any) -> float:
+    return float(len(json.dumps(state, default=str)))
+
+
+def build_pre_state(
+    data: st.DataObject,
+    recorder: Recorder,
+    tools: list[str],
+    strategies: Mapping[str, st.SearchStrategy],
+    creators: list[str],
+) -> None:
+    """A few successful calls (failed ones are retried), so that pre-states have depth:
+    things that exist, things with children, things created twice. Calls come mostly from
+    the reversible tools (which usually create) plus a swarm-style pick of up to two others."""
+    extra = data.draw(st.lists(st.sampled_from(tools), max_size=2, unique=True), label="also")
+    pool = sorted({*creators, *extra}) or tools
+    wanted = data.draw(st.integers(0, MAX_SETUP_CALLS), label="successful setup calls")
+    made = attempts = 0
+    while made < wanted and attempts < SETUP_ATTEMPTS * wanted:
+        name = data.draw(st.sampled_from(pool))
+        made += recorder.call(name, recorder.draw_args(data, name, strategies[name]))
+        attempts += 1
+
+
+def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: CheckSettings) -> None:
+    """Build a random pre-state, checkpoint, call `tool`, undo: the state must be as before."""
+    tools = undoable_tools(harness)
+    creators = reversible_tools(harness, tools)
+    strategies = strategies_for(harness, sorted({*tools, tool}))
+
+    @settings.hypothesis()
+    @given(data=st.data())
+    def roundtrip(data: st.DataObject) -> None:
+        coverage.examples += 1
+        with harness.example() as driver:
+            recorder = Recorder(driver, coverage)
+            build_pre_state(data, recorder, tools, strategies, creators)
+            before = driver.observe()
+            target(_size(before), label="size of the state before the call")
+            checkpoint = recorder.checkpoint()
+            recorder.call(tool, recorder.draw_args(data, tool, strategies[tool]))
+            recorder.undo_and_verify(checkpoint, before)
+
+    settings.apply_seed(roundtrip)()
+
+
+def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMachine]:
+    """A state machine whose rules call each undoable tool, checkpoint, and undo."""
+    tools = undoable_tools(harness)
+    creators = reversible_tools(harness, tools)
+    strategies = strategies_for(harness, tools)
+
+    class RegistryMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            coverage.examples += 1
+            self._example = harness.example()
+            self.recorder = Recorder(self._example.__enter__(), coverage)
+            self.live: list[tuple[int, Any]] = []
+
+        def teardown(self) -> None:
+            self._example.__exit__(None, None, None)
+
+        def _checkpoint(self) -> int:
+            state = self.recorder.driver.observe()
+            checkpoint = self.recorder.checkpoint()
+            self.live.append((checkpoint, state))
+            return checkpoint
+
+        @initialize(data=st.data())
+        def start(self, data: st.DataObject) -> None:
+            build_pre_state(data, self.recorder, tools, strategies, creators)
+            self._checkpoint()
+
+        @rule()
+        def checkpoint(self) -> None:
+            self._checkpoint()
+
+        @rule(depth=st.integers(0, MAX_UNDO_DEPTH))
+        def undo(self, depth: int) -> None:
+            index = max(0, len(self.live) - 1 - depth)
+            checkpoint, expected = self.live[index]
+            del self.live[index + 1 :]
+            self.recorder.undo_and_verify(checkpoint, expected)
+
+    for tool in tools:
+        setattr(RegistryMachine, f"call_{tool}", _call_rule(tool, strategies[tool]))
+        guarded = _guarded_rule(tool, strategies[tool])
+        setattr(RegistryMachine, f"checkpoint_call_undo_{tool}", guarded)
+    return RegistryMachine
+
+
+def _call_rule(tool: str, strategy: st.SearchStrategy) -> Any:
+    def call(self: Any, data: st.DataObject) -> None:
+        self.recorder.call(tool, self.recorder.draw_args(data, tool, strategy))
+
+    call.__name__ = f"call_{tool}"
+    return rule(data=st.data())(call)
+
+
+def _guarded_rule(tool: str, strategy: st.SearchStrategy) -> Any:
+    # A checkpoint right before the call, then undo to it: where most registry bugs show.
+    def guarded(self: Any, data: st.DataObject) -> None:
+        checkpoint = self._checkpoint()
+        self.recorder.call(tool, self.recorder.draw_args(data, tool, strategy))
+        expected = self.live[-1][1]
+        del self.live[-1:]
+        self.recorder.undo_and_verify(checkpoint, expected)
+        self.live.append((checkpoint, expected))
+
+    guarded.__name__ = f"checkpoint_call_undo_{tool}"
+    return rule(data=st.data())(guarded)
+
+
+def run_state_machine(harness: Harness, coverage: Coverage, settings: CheckSettings) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+
+    machine = build_machine(harness, coverage)
+    if settings.seed is None:
+        run_state_machine_as_test(machine, settings=settings.hypothesis())
+        return
+    # A fixed seed needs the @given-wrapped test itself; Hypothesis exposes it for HypoFuzz.
+    from hypothesis.stateful import get_state_machine_test
+
+    test = get_state_machine_test(machine, settings=settings.hypothesis())
+    hypothesis.seed(settings.seed)(test)()

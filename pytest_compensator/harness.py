@@ -1,0 +1,215 @@
+"""The harness: real proxy subprocesses driven synchronously, fresh state for every example."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from compensator import _sdk
+from compensator.journal import Journal
+from compensator.registry import Registry, load_registry
+
+from .client import ProxyClient, ToolCallFailed, ToolReply, launch_proxy
+
+__all__ = ["Driver", "Harness", "ResetTimings", "registry_environment"]
+
+LOG_TAIL_LINES = 40
+
+
+def registry_environment(workdir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a registry sees under the plugin: the user's own, plus the workdir."""
+    return {
+        "COMPENSATOR_PYTHON": sys.executable,
+        **os.environ,
+        **(env or {}),
+        "COMPENSATOR_WORKDIR": str(workdir),
+    }
+
+
+@dataclass
+class ResetTimings:
+    """How long it took to give examples fresh state, for the report."""
+
+    restarts: list[float] = field(default_factory=list)
+    resets: list[float] = field(default_factory=list)
+
+    def per_example(self) -> float | None:
+        samples = self.resets or self.restarts
+        return sorted(samples)[len(samples) // 2] if samples else None
+
+
+class Driver:
+    """One running proxy, called synchronously through the harness's event loop thread."""
+
+    def __init__(
+        self, portal: BlockingPortal, client: ProxyClient, db: Path, log: Path, workdir: Path
+    ) -> None:
+        self._portal = portal
+        self.client = client
+        self.db = db
+        self.log = log
+        self.workdir = workdir
+
+    def call(self, tool: str, args: Mapping[str, Any] | None = None) -> ToolReply:
+        return self._portal.call(self.client.call, tool, dict(args or {}))
+
+    def call_ok(self, tool: str, args: Mapping[str, Any] | None = None) -> Any:
+        return self._portal.call(self.client.call_ok, tool, dict(args or {}))
+
+    def checkpoint(self, label: str | None = None) -> int:
+        return self._portal.call(self.client.checkpoint, label)
+
+    def undo_to(self, checkpoint_id: int) -> dict[str, Any]:
+        return self._portal.call(self.client.undo_to, checkpoint_id)
+
+    def observe(self) -> dict[str, Any]:
+        return self._portal.call(self.client.observe_state)
+
+    observe_state = observe
+
+    def list_changes(self, checkpoint_id: int | None = None) -> list[dict[str, Any]]:
+        return self._portal.call(self.client.list_changes, checkpoint_id)
+
+    def list_tools(self) -> list[types.Tool]:
+        return self._portal.call(self.client.list_tools)
+
+    def journal_since(self, checkpoint_id: int) -> list[str]:
+        """Every change after a checkpoint with its compensations, as readable lines."""
+        journal = Journal(self.db)
+        try:
+            checkpoint = journal.checkpoint(checkpoint_id)
+            floor = checkpoint.last_change_id if checkpoint else 0
+            lines = []
+            for change in reversed(journal.all_changes()):
+                if change.id <= floor:
+                    continue
+                undone = f", undone ({change.undo_note})" if change.undone_at else ""
+                lines.append(
+                    f"change {change.id}: {change.tool} {change.classification} "
+                    f"status={change.status}{undone} args={change.args}"
+                    + (f" error={change.error!r}" if change.error else "")
+                )
+                for comp in journal.compensations(change.id):
+                    error = f" error={comp.error!r}" if comp.error else ""
+                    lines.append(f"    compensation: {comp.tool} {comp.args} {comp.status}{error}")
+            return lines
+        finally:
+            journal.close()
+
+    def log_tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+class Harness:
+    """Starts proxies for one registry and hands out drivers whose downstream state is fresh.
+
+    With a `reset:` section the registry says how to empty its servers, and one proxy serves
+    every example. Without one, each example gets a new empty COMPENSATOR_WORKDIR and a new
+    proxy (and so new servers).
+    """
+
+    def __init__(
+        self, config: Path, *, base_dir: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.config = config
+        self.env = dict(env or {})
+        if base_dir is None:
+            base_dir = Path(tempfile.mkdtemp(prefix="compensator-"))
+        self.base_dir = base_dir
+        self.registry: Registry = load_registry(config, registry_environment(self.base_dir, env))
+        self.timings = ResetTimings()
+        self._stack = contextlib.ExitStack()
+        self._portal = self._stack.enter_context(start_blocking_portal())
+        self._shared: Driver | None = None
+        self._shared_stack: contextlib.ExitStack | None = None
+        self._count = 0
+        self.tools: dict[str, types.Tool] = {}
+        self.last_driver: Driver | None = None
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._shared_stack is not None:
+            self._shared_stack.close()
+        self._stack.close()
+
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self, stack: contextlib.ExitStack) -> Driver:
+        self._count += 1
+        workdir = self.base_dir / f"example-{self._count}"
+        workdir.mkdir(parents=True)
+        db = workdir / "journal.db"
+        log_path = self.base_dir / f"proxy-{self._count}.log"
+        log = stack.enter_context(log_path.open("w"))
+        env = registry_environment(workdir, self.env)
+        registry = load_registry(self.config, env)
+        launcher = launch_proxy(self.config, db, env=env, stderr=log, registry=registry)
+        client = stack.enter_context(self._portal.wrap_async_context_manager(launcher))
+        driver = Driver(self._portal, client, db, log_path, workdir)
+        if not self.tools:
+            self.tools = {tool.name: tool for tool in driver.list_tools()}
+        self.last_driver = driver
+        return driver
+
+    def start(self) -> Driver:
+        """A long-lived driver (used by the load check); stopped with the harness."""
+        return self._start(self._stack)
+
+    @contextlib.contextmanager
+    def example(self) -> Iterator[Driver]:
+        """A driver whose downstream state is fresh, for one example."""
+        if self.registry.reset:
+            yield self._reset_shared()
+            return
+        began = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            driver = self._start(stack)
+            self.timings.restarts.append(time.perf_counter() - began)
+            yield driver
+
+    def _reset_shared(self) -> Driver:
+        if self._shared is None:
+            began = time.perf_counter()
+            self._shared_stack = contextlib.ExitStack()
+            self._shared = self._start(self._shared_stack)
+            self.timings.restarts.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        for call in self.registry.reset:
+            try:
+                self._shared.call_ok(call.tool, call.args.render({}))
+            except ToolCallFailed as exc:
+                raise ToolCallFailed(f"reset call in {self.config} failed: {exc}") from None
+        self.timings.resets.append(time.perf_counter() - began)
+        self.last_driver = self._shared
+        return self._shared
+
+    def offered_tools(self) -> dict[str, types.Tool]:
+        """The proxy's tools, starting a proxy once if none has run yet."""
+        if not self.tools:
+            with self.example():
+                pass
+        return self.tools
+
+    def input_schema(self, tool: str) -> dict[str, Any]:
+        wire = _sdk.tool_to_wire(self.tools[tool])
+        schema: dict[str, Any] = wire.get("inputSchema") or {"type": "object"}
+        return schema

@@ -1,0 +1,129 @@
+"""The pytest plugin: options, hooks and fixtures. Heavy imports wait until they are needed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .settings import Settings, add_options, resolve
+
+if TYPE_CHECKING:
+    from .harness import Driver
+    from .report import Coverage
+
+_SETTINGS = pytest.StashKey[Settings]()
+_COVERAGE = pytest.StashKey["Coverage"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SETTINGS] = resolve(config)
+
+
+def _settings(config: pytest.Config) -> Settings:
+    return config.stash[_SETTINGS]
+
+
+def _coverage(config: pytest.Config) -> Coverage:
+    if _COVERAGE not in config.stash:
+        from .report import Coverage
+
+        config.stash[_COVERAGE] = Coverage()
+    return config.stash[_COVERAGE]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    s = _settings(config)
+    if s.config is None:
+        return []
+    return [
+        f"compensator: registry {s.config}, seed {s.seed}, examples {s.examples}, "
+        f"steps {s.steps} (reproduce with --compensator-seed {s.seed})"
+    ]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    s = _settings(config)
+    if s.config is None:
+        return
+    if not s.config.is_file():
+        raise pytest.UsageError(f"--compensator-config: no such file: {s.config}")
+    from .items import RegistryFile
+
+    node = RegistryFile.from_parent(session, path=s.config, settings=s, coverage=_coverage(config))
+    generated = list(node.collect())
+    items[:0] = generated
+    session.ihook.pytest_collectreport(
+        report=pytest.CollectReport(node.nodeid, "passed", None, generated)
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist: every worker uses the controller's seed."""
+    node.workerinput["compensator_seed"] = _settings(node.config).seed
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if _COVERAGE in config.stash and hasattr(config, "workeroutput"):
+        config.workeroutput["compensator_coverage"] = json.dumps(_coverage(config).to_json())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist: fold each worker's undo coverage into the controller's."""
+    data = getattr(node, "workeroutput", {}).get("compensator_coverage")
+    if data:
+        from .report import Coverage
+
+        _coverage(node.config).merge(Coverage.from_json(json.loads(data)))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if _COVERAGE not in config.stash or hasattr(config, "workerinput"):
+        return
+    coverage = _coverage(config)
+    terminalreporter.section("compensator undo coverage")
+    for line in coverage.lines():
+        terminalreporter.write_line(line)
+    report = _settings(config).report
+    if report is not None:
+        coverage.write(report)
+        terminalreporter.write_line(f"written to {report}")
+
+
+# -- fixtures for hand-written tests -----------------------------------------------------
+
+
+@pytest.fixture
+def compensator_proxy(tmp_path: Path) -> Callable[..., Any]:
+    """Factory for async tests: `async with compensator_proxy(config, db=None, env=None) as
+    client:` starts a real proxy; `client` has call, checkpoint, undo_to, list_changes and
+    observe_state. Each call gets a new empty COMPENSATOR_WORKDIR under tmp_path."""
+    from .fixtures import proxy_factory
+
+    return proxy_factory(tmp_path)
+
+
+@pytest.fixture
+def compensator_client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Driver]:
+    """A started proxy for the registry given by --compensator-config (or the ini key),
+    with a synchronous client: call, checkpoint, undo_to, list_changes, observe_state."""
+    config = _settings(request.config).config
+    if config is None:
+        pytest.fail("compensator_client needs --compensator-config or compensator_config in ini")
+    from .harness import Harness
+
+    with Harness(config, base_dir=tmp_path / "compensator") as harness:
+        yield harness.start()
