@@ -24,7 +24,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_SETTINGS] = resolve(config)
+    settings = config.stash[_SETTINGS] = resolve(config)
+    if settings.config is not None:
+        _check_registry(settings.config)
+
+
+def _check_registry(path: Path) -> None:
+    """Stop before collection, with the registry's own located message, when it is wrong."""
+    if not path.is_file():
+        raise pytest.UsageError(f"--compensator-config: no such file: {path}")
+    from compensator.errors import CompensatorError
+    from compensator.registry import load_registry
+
+    from .harness import registry_environment
+
+    try:
+        load_registry(path, registry_environment(path.parent))
+    except CompensatorError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _settings(config: pytest.Config) -> Settings:

@@ -117,7 +117,7 @@ def format_failure(
     journal: Iterable[str],
 ) -> str:
     """The message a registry author reads: the calls, what undo did, the state diff."""
-    parts = [headline, "", "Calls (the shortest failing sequence Hypothesis found):"]
+    parts = [headline, "", "Calls (after shrinking, the shortest failing sequence found):"]
     parts += [f"  {line}" for line in trace]
     for change in report.get("skipped", []):
         parts.append(f"undo skipped change {change['id']} {change['tool']}: {change['reason']}")

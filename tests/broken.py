@@ -18,7 +18,11 @@ class Variant:
     def write(self, folder: Path) -> Path:
         text = (EXAMPLES / "compensators.yaml").read_text()
         assert self.old in text, f"variant {self.name} no longer applies to compensators.yaml"
-        text = text.replace(self.old, self.new, 1)
+        text = (
+            text.replace(self.old, self.new, 1)
+            if self.new or "\n" in self.old
+            else (_drop_line(text, self.old))
+        )
         # The copy lives elsewhere: point it at the example server by absolute path.
         text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
         path = folder / f"{self.name}.yaml"
@@ -26,12 +30,18 @@ class Variant:
         return path
 
 
+def _drop_line(text: str, start: str) -> str:
+    """Remove the whole line that begins with `start`."""
+    lines = text.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith(start))
+
+
 VARIANTS = (
     Variant(
         # Built from args alone: removes the label even when the call found it already there.
         name="inverse_from_args",
         tool="tasks__add_label",
-        old='        when: "result.created"     # adding an existing label is a no-op: nothing to undo\n',
+        old='        when: "result.created"     # adding an existing label is a no-op',
         new="",
     ),
     Variant(

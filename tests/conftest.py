@@ -13,6 +13,8 @@ import pytest
 
 from pytest_compensator.client import ProxyClient, launch_proxy
 
+pytest_plugins = ["pytester"]
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SERVERS = Path(__file__).resolve().parent / "servers"

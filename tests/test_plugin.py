@@ -1,0 +1,205 @@
+"""The pytest plugin, run the way a registry author runs it: pytest in a fresh folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from .broken import VARIANTS, Variant
+from .conftest import EXAMPLES
+
+REGISTRY = EXAMPLES / "compensators.yaml"
+# Seeds are fixed so these runs are deterministic; tests/... and benchmarks/teeth.py measure
+# how often other seeds catch the same mistakes.
+SEED = "7"
+
+
+NO_SHRINK = """
+from hypothesis import Phase, settings
+settings.register_profile("no-shrink", phases=[Phase.explicit, Phase.generate, Phase.target])
+"""
+
+
+def without_shrinking(pytester: pytest.Pytester) -> tuple[str, str]:
+    """A Hypothesis profile that stops at the first failure: shrinking a sequence that needs
+    a deep pre-state replays it hundreds of times, minutes the suite cannot spend."""
+    pytester.makeconftest(NO_SHRINK)
+    return "--hypothesis-profile", "no-shrink"
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--compensator-seed", SEED, *args
+    )
+
+
+def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.Pytester):
+    report = pytester.path / "coverage.json"
+    result = run(
+        pytester,
+        "--compensator-config",
+        str(REGISTRY),
+        "--compensator-examples",
+        "5",
+        "--compensator-report",
+        str(report),
+    )
+    result.assert_outcomes(passed=11)
+    out = result.stdout.str()
+    assert f"compensator: registry {REGISTRY}, seed {SEED}, examples 5, steps 20" in out
+    assert "compensators.yaml::roundtrip[tasks__delete_task] PASSED" not in out  # -q default
+    assert "compensator undo coverage" in out
+    assert "left out: tasks__purge_completed (irreversible)" in out
+    assert "left out: tasks__restore_tasks (unknown: not in the registry)" in out
+    data = json.loads(report.read_text())
+    delete = data["tools"]["tasks__delete_task"]
+    assert delete["calls"] > 0 and delete["verified"] == delete["undone"] > 0
+    assert data["reset_seconds_per_example"] < 1.0
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
+def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester, variant: Variant):
+    config = variant.write(pytester.path)
+    result = run(
+        pytester,
+        *without_shrinking(pytester),
+        "--compensator-config",
+        str(config),
+        "-k",
+        f"roundtrip and {variant.tool}",
+    )
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert f"roundtrip[{variant.tool}] - " in out or f"roundtrip[{variant.tool}]" in out
+    assert "did not restore the state at the checkpoint" in out
+    assert f"tools undone: {variant.tool}" in out or variant.tool in out.split("tools undone:")[1]
+    assert "Calls (" in out
+    assert "Journal entries since the checkpoint:" in out
+    assert "proxy and server stderr" in out
+
+
+def test_failure_shows_calls_and_state_diff(pytester: pytest.Pytester):
+    [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
+    config = variant.write(pytester.path)
+    result = run(pytester, "--compensator-config", str(config), "-k", "tasks__complete_task")
+    out = result.stdout.str()
+    assert "tasks__complete_task(id=" in out
+    assert "State diff (expected = at the checkpoint, observed = after undo_to):" in out
+    assert '-      "status": "open"' in out and '+      "status": "done"' in out
+
+
+def test_state_machine_is_skipped_once_a_round_trip_failed(pytester: pytest.Pytester):
+    [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
+    config = variant.write(pytester.path)
+    result = run(
+        pytester, "-rs", "--compensator-config", str(config), "-k", "tasks__complete_task or state"
+    )
+    result.assert_outcomes(failed=1, skipped=1)
+    assert "round trips failed for tasks__complete_task: fix those first" in result.stdout.str()
+
+
+def test_state_machine_catches_a_broken_registry(pytester: pytest.Pytester):
+    [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
+    config = variant.write(pytester.path)
+    result = run(
+        pytester,
+        *without_shrinking(pytester),
+        "--compensator-config",
+        str(config),
+        "-k",
+        "state_machine",
+        "--compensator-steps",
+        "8",
+    )
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "tools undone: tasks__complete_task" in out
+    assert "state.checkpoint_call_undo_tasks__complete_task(" in out or "state.call_" in out
+
+
+def test_registry_without_state_says_what_to_add(pytester: pytest.Pytester):
+    text = REGISTRY.read_text()
+    start, end = text.index("state:\n"), text.index("# Lets the pytest plugin")
+    config = pytester.path / "nostate.yaml"
+    config.write_text(
+        (text[:start] + text[end:]).replace(
+            '"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'
+        )
+    )
+    result = run(pytester, "--compensator-config", str(config), "-k", "add_task")
+    assert result.ret == 1
+    assert "has no `state:` section, so undo cannot be checked" in result.stdout.str()
+
+
+def test_registry_mistake_is_a_located_collection_error(pytester: pytest.Pytester):
+    config = pytester.path / "typo.yaml"
+    config.write_text("servers:\n  s: {command: x}\ntools:\n  s__t: {clasification: read}\n")
+    result = run(pytester, "--compensator-config", str(config))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    out = result.stderr.str()
+    assert "Traceback" not in out
+    assert "typo.yaml:4: tools.s__t.clasification: unknown key" in out
+    assert "Did you mean 'classification'?" in out
+
+
+def test_missing_tool_fails_the_load_check(pytester: pytest.Pytester):
+    text = REGISTRY.read_text().replace("tasks__get_task_tree", "tasks__get_task_forest")
+    config = pytester.path / "missing.yaml"
+    config.write_text(text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'))
+    result = run(pytester, "--compensator-config", str(config), "-k", "load")
+    result.assert_outcomes(failed=1)
+    assert "tasks__get_task_forest: no server offers it" in result.stdout.str()
+
+
+def test_ini_key_works_and_xdist_merges_coverage(pytester: pytest.Pytester):
+    pytester.makeini(f"[pytest]\ncompensator_config = {REGISTRY}\ncompensator_examples = 3\n")
+    result = run(pytester, "-n", "2", "-k", "load or add_label or delete_task")
+    result.assert_outcomes(passed=3)
+    out = result.stdout.str()
+    assert "compensator undo coverage" in out
+    assert "tasks__add_label" in out.split("compensator undo coverage")[1]
+
+
+def test_fixtures_work_in_pytest_asyncio_strict_mode(pytester: pytest.Pytester):
+    pytester.makeini(f"[pytest]\nasyncio_mode = strict\ncompensator_config = {REGISTRY}\n")
+    pytester.makepyfile(
+        f"""
+        import pytest
+
+        def test_sync_client(compensator_client):
+            before = compensator_client.observe_state()
+            cp = compensator_client.checkpoint()
+            compensator_client.call_ok("tasks__add_task", {{"title": "x"}})
+            assert [c["tool"] for c in compensator_client.list_changes(cp)] == ["tasks__add_task"]
+            assert compensator_client.undo_to(cp)["skipped"] == []
+            assert compensator_client.observe_state() == before
+
+        @pytest.mark.asyncio
+        async def test_async_factory(compensator_proxy):
+            async with compensator_proxy({str(REGISTRY)!r}) as client:
+                cp = await client.checkpoint()
+                await client.call_ok("tasks__add_label", {{"name": "l"}})
+                assert (await client.observe_state())["tasks__list_labels"] == ["l"]
+                await client.undo_to(cp)
+                assert (await client.observe_state())["tasks__list_labels"] == []
+        """
+    )
+    result = run(
+        pytester,
+        "-k",
+        "test_sync_client or test_async_factory",
+        "test_fixtures_work_in_pytest_asyncio_strict_mode.py",
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_plugin_import_is_lazy():
+    probe = (
+        "import sys, pytest_compensator.plugin; "
+        "print(sorted(m for m in ('hypothesis', 'mcp', 'anyio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
