@@ -181,10 +181,15 @@ class Harness:
             yield self._reset_shared()
             return
         began = time.perf_counter()
-        with contextlib.ExitStack() as stack:
+        stack = contextlib.ExitStack()
+        try:
             driver = self._start(stack)
             self.timings.restarts.append(time.perf_counter() - began)
             yield driver
+        finally:
+            # Exit without the test's exception: Hypothesis' control exceptions must not be
+            # thrown into the proxy's async context, which would take the portal down.
+            stack.close()
 
     def _reset_shared(self) -> Driver:
         if self._shared is None:

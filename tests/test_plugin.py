@@ -203,3 +203,29 @@ def test_plugin_import_is_lazy():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_without_reset_every_example_gets_a_new_workdir_and_proxy(pytester: pytest.Pytester):
+    text = REGISTRY.read_text()
+    start, end = text.index("# Lets the pytest plugin"), text.index("tools:\n")
+    config = pytester.path / "noreset.yaml"
+    config.write_text(
+        (text[:start] + text[end:]).replace(
+            '"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'
+        )
+    )
+    report = pytester.path / "coverage.json"
+    result = run(
+        pytester,
+        "--compensator-config",
+        str(config),
+        "--compensator-examples",
+        "3",
+        "--compensator-report",
+        str(report),
+        "-k",
+        "add_label",
+    )
+    result.assert_outcomes(passed=1)
+    # Restarting the proxy and server costs far more than a reset call.
+    assert json.loads(report.read_text())["reset_seconds_per_example"] > 0.2
