@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def write_example(folder: Path, name: str, edit: Callable[[str], str] = str) -> Path:
+    """Write an edited copy of examples/compensators.yaml that still finds the example server."""
+    text = edit((EXAMPLES / "compensators.yaml").read_text())
+    text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def cut(text: str, start: str, end: str) -> str:
+    """The text without the part from `start` up to (not including) `end`."""
+    return text[: text.index(start)] + text[text.index(end) :]
 
 
 @dataclass(frozen=True)
@@ -15,25 +30,12 @@ class Variant:
     old: str
     new: str
 
-    def write(self, folder: Path) -> Path:
-        text = (EXAMPLES / "compensators.yaml").read_text()
+    def edit(self, text: str) -> str:
         assert self.old in text, f"variant {self.name} no longer applies to compensators.yaml"
-        text = (
-            text.replace(self.old, self.new, 1)
-            if self.new or "\n" in self.old
-            else (_drop_line(text, self.old))
-        )
-        # The copy lives elsewhere: point it at the example server by absolute path.
-        text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
-        path = folder / f"{self.name}.yaml"
-        path.write_text(text)
-        return path
+        return text.replace(self.old, self.new, 1)
 
-
-def _drop_line(text: str, start: str) -> str:
-    """Remove the whole line that begins with `start`."""
-    lines = text.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith(start))
+    def write(self, folder: Path) -> Path:
+        return write_example(folder, self.name, self.edit)
 
 
 VARIANTS = (
@@ -41,7 +43,7 @@ VARIANTS = (
         # Built from args alone: removes the label even when the call found it already there.
         name="inverse_from_args",
         tool="tasks__add_label",
-        old='        when: "result.created"     # adding an existing label is a no-op',
+        old='        when: "result.created"   # re-adding an existing label changes nothing\n',
         new="",
     ),
     Variant(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from .broken import VARIANTS, Variant
+from .broken import VARIANTS, Variant, cut, write_example
 from .conftest import EXAMPLES
 
 REGISTRY = EXAMPLES / "compensators.yaml"
@@ -23,11 +24,13 @@ settings.register_profile("no-shrink", phases=[Phase.explicit, Phase.generate, P
 """
 
 
-def without_shrinking(pytester: pytest.Pytester) -> tuple[str, str]:
-    """A Hypothesis profile that stops at the first failure: shrinking a sequence that needs
-    a deep pre-state replays it hundreds of times, minutes the suite cannot spend."""
+def run_quick(pytester: pytest.Pytester, config: Path, *args: str) -> pytest.RunResult:
+    """Run a registry's tests with a Hypothesis profile that stops at the first failure:
+    shrinking a sequence that needs a deep pre-state replays it hundreds of times, minutes
+    the suite cannot spend."""
     pytester.makeconftest(NO_SHRINK)
-    return "--hypothesis-profile", "no-shrink"
+    options = ("--hypothesis-profile", "no-shrink", "--compensator-config", str(config))
+    return run(pytester, *options, *args)
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -63,14 +66,7 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester, variant: Variant):
     config = variant.write(pytester.path)
-    result = run(
-        pytester,
-        *without_shrinking(pytester),
-        "--compensator-config",
-        str(config),
-        "-k",
-        f"roundtrip and {variant.tool}",
-    )
+    result = run_quick(pytester, config, "-k", f"roundtrip and {variant.tool}")
     assert result.ret == 1
     out = result.stdout.str()
     assert f"roundtrip[{variant.tool}] - " in out or f"roundtrip[{variant.tool}]" in out
@@ -104,16 +100,7 @@ def test_state_machine_is_skipped_once_a_round_trip_failed(pytester: pytest.Pyte
 def test_state_machine_catches_a_broken_registry(pytester: pytest.Pytester):
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
     config = variant.write(pytester.path)
-    result = run(
-        pytester,
-        *without_shrinking(pytester),
-        "--compensator-config",
-        str(config),
-        "-k",
-        "state_machine",
-        "--compensator-steps",
-        "8",
-    )
+    result = run_quick(pytester, config, "-k", "state_machine", "--compensator-steps", "8")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "tools undone: tasks__complete_task" in out
@@ -121,13 +108,8 @@ def test_state_machine_catches_a_broken_registry(pytester: pytest.Pytester):
 
 
 def test_registry_without_state_says_what_to_add(pytester: pytest.Pytester):
-    text = REGISTRY.read_text()
-    start, end = text.index("state:\n"), text.index("# Lets the pytest plugin")
-    config = pytester.path / "nostate.yaml"
-    config.write_text(
-        (text[:start] + text[end:]).replace(
-            '"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'
-        )
+    config = write_example(
+        pytester.path, "nostate", lambda t: cut(t, "state:\n", "# Lets the pytest plugin")
     )
     result = run(pytester, "--compensator-config", str(config), "-k", "add_task")
     assert result.ret == 1
@@ -146,9 +128,8 @@ def test_registry_mistake_is_a_located_collection_error(pytester: pytest.Pyteste
 
 
 def test_missing_tool_fails_the_load_check(pytester: pytest.Pytester):
-    text = REGISTRY.read_text().replace("tasks__get_task_tree", "tasks__get_task_forest")
-    config = pytester.path / "missing.yaml"
-    config.write_text(text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'))
+    rename = lambda t: t.replace("tasks__get_task_tree", "tasks__get_task_forest")  # noqa: E731
+    config = write_example(pytester.path, "missing", rename)
     result = run(pytester, "--compensator-config", str(config), "-k", "load")
     result.assert_outcomes(failed=1)
     assert "tasks__get_task_forest: no server offers it" in result.stdout.str()
@@ -206,13 +187,8 @@ def test_plugin_import_is_lazy():
 
 
 def test_without_reset_every_example_gets_a_new_workdir_and_proxy(pytester: pytest.Pytester):
-    text = REGISTRY.read_text()
-    start, end = text.index("# Lets the pytest plugin"), text.index("tools:\n")
-    config = pytester.path / "noreset.yaml"
-    config.write_text(
-        (text[:start] + text[end:]).replace(
-            '"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"'
-        )
+    config = write_example(
+        pytester.path, "noreset", lambda t: cut(t, "# Lets the pytest plugin", "tools:\n")
     )
     report = pytester.path / "coverage.json"
     result = run(
