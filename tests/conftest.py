@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +20,21 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 SERVERS = Path(__file__).resolve().parent / "servers"
+REGISTRIES = EXAMPLES / "registries"
+# Read at import: pytester points HOME at a temporary folder while its tests run.
+_DEFAULT_SERVERS = Path.home() / ".cache" / "mcp-compensator" / "servers"
+
+
+def third_party_servers(*needed: str, node: bool = False) -> Path:
+    """Where `bash scripts/install-servers` put the third-party servers. Skips when the test
+    needs node and this machine has none; fails, saying what to run, when a server is missing."""
+    if node and shutil.which("node") is None:
+        pytest.skip("node is not installed; the npm-based MCP servers cannot run here")
+    root = Path(os.environ.get("COMPENSATOR_SERVERS") or _DEFAULT_SERVERS)
+    missing = [part for part in needed if not (root / part).exists()]
+    if missing:
+        pytest.fail(f"{root / missing[0]} is missing: run `bash scripts/install-servers`")
+    return root
 
 
 @pytest.fixture
