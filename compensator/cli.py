@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .check import add_check_arguments, run_check
 from .proxy import add_serve_arguments, run_serve
 
 __all__ = ["main"]
@@ -15,8 +16,12 @@ _EPILOG = """\
 examples:
   compensator serve --config compensators.yaml
   compensator serve --config compensators.yaml --db ./journal.db
+  compensator check --config compensators.yaml
+  compensator check --config compensators.yaml --json
 
 Point your MCP client at `compensator serve` instead of at the servers themselves.
+Run `compensator check` after editing a registry: it starts the servers and compares
+the registry with the tools they really offer.
 """
 
 
@@ -37,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_serve_arguments(serve)
     serve.set_defaults(run=run_serve)
+    check = commands.add_parser(
+        "check",
+        help="lint a registry against the tools its servers really offer",
+        description="Load a registry, start its servers, list their tools, and report tools "
+        "the registry names that no server offers, arguments that do not fit a tool's "
+        "inputSchema, unregistered tools that may mutate, `read` tools annotated destructive, "
+        "and names over 64 characters. Exits 1 when any finding is an error.",
+    )
+    add_check_arguments(check)
+    check.set_defaults(run=run_check)
     return parser
 
 

@@ -1,0 +1,456 @@
+"""`compensator check`: lint a registry against the tools its live servers really offer.
+
+The registry is loaded as `serve` loads it, its servers are started, and `lint` compares:
+
+- error: a tool the registry names (`tools:`, `state:`, `reset:`, `snapshot_tool`, inverse
+  steps) that no server offers; tools of a server that failed to start are not reported, the
+  failed server is the error. Exposed names (`server__tool`) over 64 characters are errors too.
+- error: an expression reading `args.NAME` that the entry's own tool does not declare (first
+  field after `args` only, and only when the schema lists `properties`): it is always null.
+- error: literal argument mappings (inverse steps, `snapshot_args`, state probes, resets) that
+  leave out a property the target's inputSchema requires, or set one it does not list. An
+  unlisted property is an error even without `additionalProperties: false`: servers either
+  reject it or (FastMCP) silently drop it, and a dropped argument is an undo that quietly
+  restores less. `additionalProperties: true` (or a schema) and `patternProperties` allow it.
+- warning: an offered tool with no entry and no `readOnlyHint: true` (journaled as unknown,
+  undo refuses it); that may be deliberate, so it does not fail the check.
+- warning: a `read` tool whose annotations, when present, say destructive (readOnlyHint
+  defaults to false, destructiveHint to true). Annotations are untrusted hints and the author
+  may know better, so not an error; but a read is never journaled, so it deserves a look.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import enum
+import json
+import logging
+import re
+import sys
+import textwrap
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from . import _sdk
+from ._yamlnodes import line_of, load_with_lines
+from .downstream import STARTUP_TIMEOUT, DownstreamPool, RoutedTool, split_name
+from .errors import CompensatorError
+from .proxy import registry_environment
+from .registry import Classification, Registry, ToolPolicy, load_registry
+from .templates import Expression, Template
+
+__all__ = [
+    "Finding",
+    "LiveTool",
+    "LiveView",
+    "Severity",
+    "accepts",
+    "lint",
+    "missing_arguments",
+    "observe",
+    "run_check",
+    "unknown_arguments",
+    "unknown_reads",
+]
+
+MAX_NAME_LENGTH = 64
+"""The longest tool name MCP clients accept (Claude, OpenAI and others enforce 64)."""
+
+_WIDTH = 100
+_SEVERITY_WIDTH = 9
+_TOOL_WIDTH = 36
+"""The widest tool column; a longer name gets a line of its own."""
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One problem: how bad, which tool, where in the registry, what is wrong and the fix."""
+
+    severity: Severity
+    tool: str | None
+    key: str | None
+    message: str
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "severity": self.severity.value}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveTool:
+    """What a running server says about one tool, under its exposed name."""
+
+    name: str
+    server: str
+    input_schema: Mapping[str, Any]
+    annotations: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveView:
+    """The tools the registry's servers offer, and the servers that did not start."""
+
+    tools: Mapping[str, LiveTool]
+    failures: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Reference:
+    """A place in the registry that calls `tool`, with the literal args it sends, if any."""
+
+    tool: str
+    key: str
+    args: Template | None
+
+
+# -- schema fit: pure functions over a JSON Schema ----------------------------------------
+
+
+def accepts(schema: Mapping[str, Any], name: str) -> bool:
+    """Whether `schema` lets an argument be called `name`; True when it lists no properties."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping) or name in properties:
+        return True
+    extra = schema.get("additionalProperties")
+    if extra is True or isinstance(extra, Mapping):
+        return True
+    patterns = schema.get("patternProperties")
+    return isinstance(patterns, Mapping) and any(_matches(p, name) for p in patterns)
+
+
+def missing_arguments(args: Any, schema: Mapping[str, Any]) -> list[str]:
+    """Required properties that the literal mapping `args` leaves out ([] if not a mapping)."""
+    required = schema.get("required")
+    if not isinstance(args, Mapping) or not isinstance(required, list):
+        return []
+    return [name for name in required if isinstance(name, str) and name not in args]
+
+
+def unknown_arguments(args: Any, schema: Mapping[str, Any]) -> list[str]:
+    """Keys of the literal mapping `args` that `schema` does not accept."""
+    if not isinstance(args, Mapping):
+        return []
+    return [str(name) for name in args if not accepts(schema, str(name))]
+
+
+def unknown_reads(expression: Expression, schema: Mapping[str, Any]) -> list[str]:
+    """The NAMEs of `args.NAME` paths in `expression` that `schema` does not accept."""
+    names = [path[1] for path in expression.root_paths() if path[0] == "args" and len(path) > 1]
+    return [name for name in dict.fromkeys(names) if not accepts(schema, name)]
+
+
+def _matches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
+
+
+def _suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    options = sorted(choices)
+    close = difflib.get_close_matches(name, options, n=1)
+    if close:
+        return f"Did you mean '{prefix}{close[0]}'?"
+    return f"It takes: {', '.join(options)}." if options else "It takes no arguments."
+
+
+def _properties(schema: Mapping[str, Any]) -> list[str]:
+    properties = schema.get("properties")
+    return [str(name) for name in properties] if isinstance(properties, Mapping) else []
+
+
+# -- the lint --------------------------------------------------------------------------
+
+
+def lint(registry: Registry, live: LiveView) -> list[Finding]:
+    """Every finding for `registry` against `live`, errors first."""
+    findings = [*_failed_servers(live), *_long_names(live)]
+    for reference in _references(registry):
+        findings.extend(_check_reference(reference, live))
+    for policy in registry.tools.values():
+        findings.extend(_check_reads(policy, live))
+        findings.extend(_check_annotations(policy, live))
+    findings.extend(_unregistered(registry, live))
+    return sorted(findings, key=lambda f: f.severity is not Severity.ERROR)
+
+
+def _order(finding: Finding) -> tuple[bool, float, str]:
+    line = float("inf") if finding.line is None else finding.line
+    return finding.severity is not Severity.ERROR, line, finding.tool or ""
+
+
+def _error(tool: str | None, key: str | None, message: str) -> Finding:
+    return Finding(severity=Severity.ERROR, tool=tool, key=key, message=message)
+
+
+def _warning(tool: str | None, key: str | None, message: str) -> Finding:
+    return Finding(severity=Severity.WARNING, tool=tool, key=key, message=message)
+
+
+def _failed_servers(live: LiveView) -> Iterator[Finding]:
+    for server, reason in live.failures.items():
+        message = (
+            f"server '{server}' failed to start: {reason}. None of its tools could be checked. "
+            f"Run its command by hand to see why, then fix servers.{server}."
+        )
+        yield _error(None, f"servers.{server}", message)
+
+
+def _long_names(live: LiveView) -> Iterator[Finding]:
+    for tool in live.tools.values():
+        excess = len(tool.name) - MAX_NAME_LENGTH
+        if excess <= 0:
+            continue
+        fix = f"Shorten the server name '{tool.server}' by at least {excess}."
+        if excess >= len(tool.server):  # even a one-letter server name is too long
+            fix = "Have the server rename the tool, or leave this server out."
+        message = (
+            f"the exposed name is {len(tool.name)} characters; MCP clients reject names "
+            f"over {MAX_NAME_LENGTH}. {fix}"
+        )
+        yield _error(tool.name, f"servers.{tool.server}", message)
+
+
+def _references(registry: Registry) -> Iterator[_Reference]:
+    for name in registry.tools:
+        yield _Reference(tool=name, key=f"tools.{name}", args=None)
+    for index, probe in enumerate(registry.state):
+        yield _Reference(tool=probe.tool, key=f"state[{index}].tool", args=probe.args)
+    for index, call in enumerate(registry.reset):
+        yield _Reference(tool=call.tool, key=f"reset[{index}].tool", args=call.args)
+    for policy in registry.tools.values():
+        yield from _policy_references(policy)
+
+
+def _policy_references(policy: ToolPolicy) -> Iterator[_Reference]:
+    base = f"tools.{policy.name}"
+    if policy.snapshot_tool is not None:
+        key = f"{base}.snapshot_tool"
+        yield _Reference(tool=policy.snapshot_tool, key=key, args=policy.snapshot_args)
+    for index, step in enumerate(policy.inverse):
+        single = step.args.where == f"{base}.inverse_args"
+        key = f"{base}.inverse_tool" if single else f"{base}.inverse[{index}].tool"
+        yield _Reference(tool=step.tool, key=key, args=step.args)
+
+
+def _check_reference(reference: _Reference, live: LiveView) -> list[Finding]:
+    target = live.tools.get(reference.tool)
+    if target is not None:
+        return [] if reference.args is None else _check_fit(reference.args, target)
+    split = split_name(reference.tool)
+    if split is not None and split[0] in live.failures:
+        return []  # the failed server is reported once, as its own error
+    close = difflib.get_close_matches(reference.tool, list(live.tools), n=1)
+    fix = f"Did you mean '{close[0]}'?" if close else "Fix the name, or remove what uses it."
+    message = f"no server offers {reference.tool}. {fix}"
+    return [_error(reference.tool, reference.key, message)]
+
+
+def _check_fit(args: Template, target: LiveTool) -> list[Finding]:
+    schema, where = target.input_schema, args.where
+    findings = []
+    for name in missing_arguments(args.source, schema):
+        message = f"{target.name} requires argument '{name}', but these args leave it out. Add it."
+        findings.append(_error(target.name, where, message))
+    for name in unknown_arguments(args.source, schema):
+        message = (
+            f"{target.name} takes no argument '{name}' (servers reject or silently drop it). "
+            f"{_suggest(name, _properties(schema))}"
+        )
+        findings.append(_error(target.name, f"{where}.{name}", message))
+    return findings
+
+
+def _check_reads(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
+    tool = live.tools.get(policy.name)
+    if tool is None:
+        return
+    for expression in _policy_expressions(policy):
+        for name in unknown_reads(expression, tool.input_schema):
+            fix = _suggest(name, _properties(tool.input_schema), prefix="args.")
+            message = (
+                f"`{expression.source}` reads args.{name}, but {policy.name} takes no argument "
+                f"'{name}', so it is always null. {fix}"
+            )
+            yield _error(policy.name, expression.where, message)
+
+
+def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
+    if policy.snapshot_args is not None:
+        yield from policy.snapshot_args.expressions()
+    for step in policy.inverse:
+        yield from step.args.expressions()
+        if step.when is not None:
+            yield step.when
+    if policy.error_when is not None:
+        yield policy.error_when
+    if policy.mutating_when is not None:
+        yield policy.mutating_when
+
+
+def _check_annotations(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
+    tool = live.tools.get(policy.name)
+    if policy.classification is not Classification.READ or tool is None:
+        return
+    if tool.annotations is None or not _destructive(tool.annotations):
+        return
+    message = (
+        "classified read, but its server annotates it destructive (readOnlyHint false, "
+        "destructiveHint true), and reads are never journaled. Classify it reversible, "
+        "compensable or irreversible, unless you know it only reads."
+    )
+    yield _warning(policy.name, f"tools.{policy.name}.classification", message)
+
+
+def _destructive(annotations: Mapping[str, Any]) -> bool:
+    """MCP defaults: readOnlyHint false, destructiveHint true."""
+    read_only = annotations.get("readOnlyHint", False) is True
+    return not read_only and annotations.get("destructiveHint", True) is True
+
+
+def _unregistered(registry: Registry, live: LiveView) -> Iterator[Finding]:
+    for tool in live.tools.values():
+        if tool.name in registry.tools or (tool.annotations or {}).get("readOnlyHint") is True:
+            continue
+        message = (
+            "not in the registry and not annotated readOnlyHint: true, so its calls are "
+            "journaled as unknown and undo refuses them. Add it under tools: with its "
+            "classification (read if it only reads)."
+        )
+        yield _warning(tool.name, None, message)
+
+
+# -- the live view ------------------------------------------------------------------------
+
+
+async def observe(registry: Registry, startup_timeout: float = STARTUP_TIMEOUT) -> LiveView:
+    """Start the registry's servers, list their tools, and stop them again."""
+    async with DownstreamPool(registry.servers.values(), startup_timeout=startup_timeout) as pool:
+        tools = {name: _live_tool(routed) for name, routed in pool.routes.items()}
+        return LiveView(tools=tools, failures=dict(pool.failures))
+
+
+def _live_tool(routed: RoutedTool) -> LiveTool:
+    wire = _sdk.tool_to_wire(routed.original)
+    schema = wire.get("inputSchema")
+    return LiveTool(
+        name=routed.name,
+        server=routed.server,
+        input_schema=schema if isinstance(schema, Mapping) else {},
+        annotations=wire.get("annotations"),
+    )
+
+
+def locate(findings: Iterable[Finding], path: Path) -> list[Finding]:
+    """The findings with the line of their key in `path`, errors first, then in file order."""
+    try:
+        _, lines = load_with_lines(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, CompensatorError):
+        lines = {}
+    located = [replace(f, line=line_of(lines, f.key)) if f.key and lines else f for f in findings]
+    return sorted(located, key=_order)
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def summary(findings: Iterable[Finding]) -> tuple[int, int]:
+    """(errors, warnings)."""
+    severities = [f.severity for f in findings]
+    return severities.count(Severity.ERROR), severities.count(Severity.WARNING)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def render_table(findings: list[Finding], path: Path) -> str:
+    """A plain-text table (severity, tool, problem) and a one-line summary."""
+    errors, warnings = summary(findings)
+    lines = [f"compensator check: {path}", ""]
+    if findings:
+        fitting = [len(f.tool or "-") for f in findings if len(f.tool or "-") <= _TOOL_WIDTH - 2]
+        width = max([len("TOOL"), *fitting]) + 2
+        lines.append(_row("SEVERITY", "TOOL", "PROBLEM", width))
+        lines.extend(_row(f.severity.value, f.tool or "-", _problem(f), width) for f in findings)
+        lines.append("")
+    else:
+        lines.extend(["No problems found.", ""])
+    lines.append(f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}")
+    return "\n".join(lines)
+
+
+def _problem(finding: Finding) -> str:
+    if finding.key is None:
+        return finding.message
+    where = finding.key if finding.line is None else f"{finding.key} (line {finding.line})"
+    return f"{where}: {finding.message}"
+
+
+def _row(severity: str, tool: str, problem: str, width: int) -> str:
+    indent = _SEVERITY_WIDTH + width
+    head = f"{severity:<{_SEVERITY_WIDTH}}{tool:<{width}}"
+    wrapped = textwrap.wrap(
+        problem, width=_WIDTH - indent, break_long_words=False, break_on_hyphens=False
+    )
+    if len(tool) > width - 2:
+        return "\n".join([head.rstrip(), *(" " * indent + part for part in wrapped)])
+    rest = [" " * indent + part for part in wrapped[1:]]
+    return "\n".join([head + wrapped[0], *rest])
+
+
+def render_json(findings: list[Finding], path: Path) -> str:
+    errors, warnings = summary(findings)
+    document = {
+        "registry": str(path),
+        "findings": [finding.to_json() for finding in findings],
+        "errors": errors,
+        "warnings": warnings,
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=STARTUP_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long each server gets to start and list its tools (default {STARTUP_TIMEOUT:g})",
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Exit 1 when the registry does not load or any finding is an error, else 0."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="compensator %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        registry = load_registry(args.config, environ=registry_environment())
+        live = anyio.run(observe, registry, args.startup_timeout)
+    except CompensatorError as exc:
+        print(f"compensator: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    findings = locate(lint(registry, live), registry.path)
+    render = render_json if args.json else render_table
+    print(render(findings, registry.path))
+    return 1 if summary(findings)[0] else 0
