@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import difflib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -79,6 +81,84 @@ class _Functions(jfun.Functions):
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise jexc.JMESPathError(f"json_parse(): not valid JSON ({exc.msg})") from None
+
+    @jfun.signature({"types": []})
+    def _func_py_literal(self, text: Any) -> Any:
+        """Parse the text of a Python literal (a `repr` such as `[{'id': 1, 'x': None}]`) with
+        `ast.literal_eval`, never `eval`. Tuples become arrays; bytes stay bytes (for
+        sql_literal). A value that is not a string is returned as it is: result parsing already
+        turned text that happens to be JSON (`[]`, `1`) into a value."""
+        if not isinstance(text, str):
+            return text
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
+            reason = type(exc).__name__
+            raise jexc.JMESPathError(f"py_literal(): not a Python literal ({reason})") from None
+        return _plain(value)
+
+    @jfun.signature({"types": []})
+    def _func_sql_literal(self, value: Any) -> str:
+        """`value` written as an SQL literal: NULL, 1/0 for booleans, numbers as Python's repr
+        writes them (infinities as 9e999, NaN as NULL), 'text' with quotes doubled, X'hex' for
+        bytes. Arrays and objects are an error."""
+        return _sql_literal(value)
+
+    @jfun.signature({"types": ["string"]})
+    def _func_sql_identifier(self, name: str) -> str:
+        """`name` as a quoted SQL identifier: `"name"`, with `"` doubled."""
+        return '"' + name.replace('"', '""') + '"'
+
+    @jfun.signature({"types": ["array"]}, {"types": ["array-string"]})
+    def _func_sql_values(self, rows: list[Any], columns: list[str]) -> str:
+        """The rows (objects) as the tuples of an SQL VALUES clause, each with the values of
+        `columns` in that order: `(1, 'it''s', NULL), (2, 'b', 0.5)`; "" for no rows."""
+        tuples = []
+        for number, row in enumerate(rows, start=1):
+            if not isinstance(row, Mapping):
+                raise jexc.JMESPathError(f"sql_values(): row {number} is not an object")
+            missing = [c for c in columns if c not in row]
+            if missing:
+                raise jexc.JMESPathError(f"sql_values(): row {number} has no column {missing[0]!r}")
+            tuples.append("(" + ", ".join(_sql_literal(row[c]) for c in columns) + ")")
+        return ", ".join(tuples)
+
+    @jfun.signature({"types": ["string"]})
+    def _func_fail(self, message: str) -> Any:
+        """Stop with `message` as the whole error: in a `when`, `ok || fail('why')` makes undo
+        report the change as skipped for that reason instead of skipping the step silently."""
+        raise ExpressionError(message, detail=message)
+
+
+def _plain(value: Any) -> Any:
+    """A Python literal as a JMESPath value: tuples become lists; sets, complex numbers and
+    Ellipsis have no counterpart and are refused."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, (str, bytes, bool, int, float)):
+        return value
+    raise jexc.JMESPathError(f"py_literal(): no JSON counterpart for {type(value).__name__}")
+
+
+def _sql_literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NULL"  # what SQLite stores for NaN
+        return repr(value) if math.isfinite(value) else ("9e999" if value > 0 else "-9e999")
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, (bytes, bytearray)):
+        return "X'" + bytes(value).hex().upper() + "'"
+    kind = "array" if isinstance(value, list) else "object"
+    raise jexc.JMESPathError(f"sql_literal(): an {kind} is not an SQL value")
 
 
 _OPTIONS = jmespath.Options(custom_functions=_Functions())

@@ -314,3 +314,108 @@ def test_bad_literal_regex_is_caught_at_compile_time() -> None:
 def test_negation_precedence_trap_is_rejected() -> None:
     with pytest.raises(ExpressionError, match=r"write `!\(a.b\)`"):
         expr("!args.dry_run")
+
+
+# -- Python literals and SQL text (for servers that answer with reprs) ---------------------
+
+
+def test_py_literal_parses_reprs_without_eval() -> None:
+    text = "[{'id': 1, 'name': \"it's\", 'data': b'\\x00\\xff', 'gone': None, 'pair': (1, 2.5)}]"
+    assert expr("py_literal(args.t)").evaluate({"args": {"t": text}}) == [
+        {"id": 1, "name": "it's", "data": b"\x00\xff", "gone": None, "pair": [1, 2.5]}
+    ]
+    # Text that was valid JSON was parsed already; it comes back as it is.
+    assert expr("py_literal(args.t)").evaluate({"args": {"t": []}}) == []
+    assert expr("py_literal(args.t)").evaluate({"args": {}}) is None
+
+
+@pytest.mark.parametrize("text", ["Database error: no such table: t", "__import__('os')", "[inf]"])
+def test_py_literal_refuses_what_is_not_a_literal(text: str) -> None:
+    with pytest.raises(ExpressionError, match=r"py_literal\(\): not a Python literal") as info:
+        expr("py_literal(args.t)").evaluate({"args": {"t": text}})
+    assert text not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["{1, 2}", "1j", "[...]"])
+def test_py_literal_refuses_values_json_cannot_hold(text: str) -> None:
+    with pytest.raises(ExpressionError, match="no JSON counterpart for"):
+        expr("py_literal(args.t)").evaluate({"args": {"t": text}})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "NULL"),
+        (True, "1"),
+        (False, "0"),
+        (-7, "-7"),
+        (0.1, "0.1"),
+        (1e16, "1e+16"),
+        (float("inf"), "9e999"),
+        (float("-inf"), "-9e999"),
+        (float("nan"), "NULL"),
+        ("it's", "'it''s'"),
+        ("", "''"),
+        (b"\x00\xff", "X'00FF'"),
+    ],
+)
+def test_sql_literal(value: object, expected: str) -> None:
+    assert expr("sql_literal(args.v)").evaluate({"args": {"v": value}}) == expected
+
+
+def test_sql_literal_refuses_arrays_and_objects() -> None:
+    with pytest.raises(ExpressionError, match=r"sql_literal\(\): an array is not an SQL value"):
+        expr("sql_literal(args.v)").evaluate({"args": {"v": [1]}})
+    with pytest.raises(ExpressionError, match="an object is not an SQL value"):
+        expr("sql_literal(args.v)").evaluate({"args": {"v": {"a": 1}}})
+
+
+def test_sql_identifier_quotes_and_doubles_quotes() -> None:
+    assert expr("sql_identifier(args.n)").evaluate({"args": {"n": 'my "t"'}}) == '"my ""t"""'
+
+
+def test_sql_values_follow_the_column_order() -> None:
+    rows = [{"id": 1, "name": "it's", "x": None}, {"name": "b", "id": 2, "x": 0.5}]
+    context = {"args": {"rows": rows}}
+    found = expr("sql_values(args.rows, ['id', 'name', 'x'])").evaluate(context)
+    assert found == "(1, 'it''s', NULL), (2, 'b', 0.5)"
+    assert expr("sql_values(args.rows, ['x'])").evaluate(context) == "(NULL), (0.5)"
+    assert expr("sql_values(`[]`, ['id'])").evaluate({}) == ""
+
+
+def test_sql_values_names_the_bad_row() -> None:
+    with pytest.raises(ExpressionError, match="row 2 has no column 'name'"):
+        expr("sql_values(args.rows, ['id', 'name'])").evaluate(
+            {"args": {"rows": [{"id": 1, "name": "a"}, {"id": 2}]}}
+        )
+    with pytest.raises(ExpressionError, match="row 1 is not an object"):
+        expr("sql_values(args.rows, ['id'])").evaluate({"args": {"rows": [[1]]}})
+    with pytest.raises(ExpressionError, match=r"sql_values\(\) got"):
+        expr("sql_values(args.rows, `[1]`)").evaluate({"args": {"rows": []}})
+
+
+def test_insert_statement_from_a_repr_snapshot() -> None:
+    source = (
+        "{rows: py_literal(snapshot)} | join('', ['INSERT INTO t (', "
+        "join(', ', map(&sql_identifier(@), keys(rows[0]))), ') VALUES ', "
+        "sql_values(rows, keys(rows[0]))])"
+    )
+    snapshot = "[{'id': 1, 'name': None}, {'id': 2, 'name': 'b'}]"
+    assert expr(source).evaluate({"snapshot": snapshot}) == (
+        'INSERT INTO t ("id", "name") VALUES (1, NULL), (2, \'b\')'
+    )
+
+
+def test_fail_stops_with_exactly_the_message() -> None:
+    condition = expr("args.ok || fail('cannot undo: DDL')")
+    assert condition.truthy({"args": {"ok": True}}) is True
+    with pytest.raises(ExpressionError) as info:
+        condition.truthy({"args": {"ok": False}})
+    assert str(info.value) == "cannot undo: DDL"
+
+
+def test_fail_inside_a_template_stops_rendering() -> None:
+    template = compile_template({"q": "{args.q || fail('no query')}"}, where="t")
+    assert template.render({"args": {"q": "x"}}) == {"q": "x"}
+    with pytest.raises(ExpressionError, match=r"^no query$"):
+        template.render({"args": {}})
