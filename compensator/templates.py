@@ -163,6 +163,7 @@ def _sql_literal(value: Any) -> str:
 
 _OPTIONS = jmespath.Options(custom_functions=_Functions())
 _FUNCTION_TABLE: Mapping[str, Any] = _Functions.FUNCTION_TABLE
+_CUSTOM_FUNCTIONS = tuple(name[6:] for name in vars(_Functions) if name.startswith("_func_"))
 
 
 def is_truthy(value: Any) -> bool:
@@ -362,7 +363,7 @@ def _check_call(node: dict[str, Any], shown: str, where: str) -> None:
         fix = _suggest(
             name,
             sorted(_FUNCTION_TABLE),
-            "Use a JMESPath built-in or one of regex, to_json, json_parse",
+            f"Use a JMESPath built-in or one of {', '.join(_CUSTOM_FUNCTIONS)}",
         )
         raise _error(shown, where, f"calls unknown function {name}()", fix)
     signature, count = spec["signature"], len(node["children"])

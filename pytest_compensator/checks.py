@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, Phase, given, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from compensator.registry import META_TOOLS, Classification
+from compensator.errors import CompensatorError
+from compensator.registry import META_TOOLS, Classification, Registry
 
 from .harness import Driver, Harness
 from .report import Coverage, UndoFailure, format_call, format_failure
@@ -99,9 +100,10 @@ def strategies_for(harness: Harness, tools: list[str]) -> dict[str, st.SearchStr
 class Recorder:
     """Calls through a driver, keeping a readable trace, the ids seen, and coverage counts."""
 
-    def __init__(self, driver: Driver, coverage: Coverage) -> None:
+    def __init__(self, driver: Driver, coverage: Coverage, registry: Registry) -> None:
         self.driver = driver
         self.coverage = coverage
+        self.registry = registry
         self.trace: list[str] = []
         self.seen_ids: set[int] = set()
 
@@ -118,14 +120,15 @@ class Recorder:
         return args
 
     def call(self, tool: str, args: Mapping[str, Any]) -> bool:
-        """Make the call; True when it did not come back isError."""
+        """Make the call; True when it worked (not isError, and no `error_when` matched)."""
         reply = self.driver.call(tool, args)
-        if not reply.is_error:
+        ok = not reply.is_error and not _error_when(self.registry, tool, args, reply.value)
+        if ok:
             self.seen_ids.update(_ids(reply.value))
-        self.coverage.record_call(tool, not reply.is_error)
-        outcome = f"  -> error: {reply.text[:120]}" if reply.is_error else ""
+        self.coverage.record_call(tool, ok)
+        outcome = "" if ok else f"  -> error: {reply.text[:120]}"
         self.trace.append(format_call(tool, args) + outcome)
-        return not reply.is_error
+        return ok
 
     def call_drawn(self, data: st.DataObject, tool: str, strategy: st.SearchStrategy) -> None:
         """Call `tool` with drawn arguments, drawing again (up to CALL_TRIES times) while the
@@ -162,6 +165,17 @@ class Recorder:
                 journal=self.driver.journal_since(checkpoint),
             )
         )
+
+
+def _error_when(registry: Registry, tool: str, args: Mapping[str, Any], value: Any) -> bool:
+    """Whether the tool's `error_when` says this result is a failure (as the proxy decides)."""
+    policy = registry.policy(tool)
+    if policy is None or policy.error_when is None:
+        return False
+    try:
+        return policy.error_when.truthy({"result": value, "args": dict(args)})
+    except CompensatorError:
+        return False  # the proxy, too, counts the call as done when it cannot tell
 
 
 def _ids(value: Any) -> Iterator[int]:
@@ -216,7 +230,7 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Che
     def roundtrip(data: st.DataObject) -> None:
         coverage.examples += 1
         with harness.example() as driver:
-            recorder = Recorder(driver, coverage)
+            recorder = Recorder(driver, coverage, harness.registry)
             build_pre_state(data, recorder, tools, strategies, creators)
             before = driver.observe()
             target(_size(before), label="size of the state before the call")
@@ -238,7 +252,7 @@ def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMa
             super().__init__()
             coverage.examples += 1
             self._example = harness.example()
-            self.recorder = Recorder(self._example.__enter__(), coverage)
+            self.recorder = Recorder(self._example.__enter__(), coverage, harness.registry)
             self.live: list[tuple[int, Any]] = []
 
         def teardown(self) -> None:

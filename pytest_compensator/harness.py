@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -127,6 +128,9 @@ class Harness:
     ) -> None:
         self.config = config
         self.env = dict(env or {})
+        # A folder made here is removed on close: its journals hold snapshots of whatever the
+        # servers returned. A folder the caller gave stays theirs.
+        self._owns_base_dir = base_dir is None
         if base_dir is None:
             base_dir = Path(tempfile.mkdtemp(prefix="compensator-"))
         self.base_dir = base_dir
@@ -146,6 +150,8 @@ class Harness:
         if self._shared_stack is not None:
             self._shared_stack.close()
         self._stack.close()
+        if self._owns_base_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def __enter__(self) -> Harness:
         return self

@@ -16,7 +16,7 @@ __all__ = ["Coverage", "ToolStats", "UndoFailure", "format_call", "format_failur
 @dataclass
 class ToolStats:
     calls: int = 0  # calls made through the proxy
-    errors: int = 0  # calls that came back with isError
+    errors: int = 0  # calls that failed: isError, or the registry's error_when matched
     failed_calls_seen: int = 0  # changes undo found failed (isError or error_when): no-ops
     undone: int = 0  # changes undo_to reported as undone
     verified: int = 0  # undone, and the observed state afterwards was the expected one
@@ -85,7 +85,7 @@ class Coverage:
     def lines(self) -> list[str]:
         """The terminal summary: one row per tool, then what was left out and why."""
         width = max([len(t) for t in self.tools] + [len("tool")])
-        rows = [f"{'tool':<{width}}  calls  isError  undone  verified  failures"]
+        rows = [f"{'tool':<{width}}  calls   failed  undone  verified  failures"]
         for tool, s in sorted(self.tools.items()):
             rows.append(
                 f"{tool:<{width}}  {s.calls:>5}  {s.errors:>7}  {s.undone:>6}  "

@@ -34,13 +34,21 @@ _NO_STATE = (
 )
 
 
+_LABEL_ARGS = 80  # characters of a repeated probe's arguments shown in its label
+
+
 def state_labels(probes: Sequence[StateProbe]) -> list[str]:
-    """One readable, unique label per probe (the tool name, numbered when repeated)."""
+    """One readable, unique label per probe: the tool name, with its arguments when several
+    probes call the same tool (`read_query {"query": "SELECT * FROM t1"}`)."""
+    repeated = {p.tool for p in probes if sum(q.tool == p.tool for q in probes) > 1}
     labels: list[str] = []
     for probe in probes:
         label = probe.tool
+        if probe.tool in repeated:
+            args = json.dumps(probe.args.render({}), sort_keys=True, ensure_ascii=False)
+            label = f"{probe.tool} {args[:_LABEL_ARGS]}"
         while label in labels:
-            label = f"{probe.tool}#{len(labels)}"
+            label = f"{label}#{len(labels)}"
         labels.append(label)
     return labels
 
