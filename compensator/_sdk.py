@@ -12,6 +12,8 @@ from mcp import ClientSession
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
+from . import _stdio
+
 __all__ = [
     "SDK_MAJOR",
     "SDK_VERSION",
@@ -148,5 +150,12 @@ def _build_server_v1(  # pragma: no cover - 1.x only
 async def serve_stdio(server: Server[Any]) -> None:
     """Serve one client over this process's stdin and stdout until it disconnects."""
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    if _stdio.usable():
+        # Pipes on the loop instead of the SDK's worker threads: see compensator/_stdio.py.
+        async with _stdio.pipe_stdio() as (stdin, stdout):
+            transport = stdio_server(stdin, stdout)  # type: ignore[arg-type]
+            async with transport as (read_stream, write_stream):
+                await server.run(read_stream, write_stream, options)
+        return
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, options)
