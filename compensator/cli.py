@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .check import add_check_arguments, run_check
+from .explain_cli import EXPLAIN_EPILOG, add_explain_arguments, run_explain
+from .log_cli import LOG_EPILOG, add_log_arguments, run_log
 from .proxy import add_serve_arguments, run_serve
+from .undo_cli import UNDO_EPILOG, add_undo_arguments, run_undo
 
 __all__ = ["main"]
 
@@ -18,10 +22,14 @@ examples:
   compensator serve --config compensators.yaml --db ./journal.db
   compensator check --config compensators.yaml
   compensator check --config compensators.yaml --json
+  compensator log --config compensators.yaml
+  compensator undo --config compensators.yaml --to 3 --dry-run
+  compensator explain --config compensators.yaml tasks__delete_task
 
 Point your MCP client at `compensator serve` instead of at the servers themselves.
 Run `compensator check` after editing a registry: it starts the servers and compares
-the registry with the tools they really offer.
+the registry with the tools they really offer. `log`, `undo` and `explain` do from a
+terminal what the meta tools do for an agent.
 """
 
 
@@ -52,7 +60,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_check_arguments(check)
     check.set_defaults(run=run_check)
+    _add_human_commands(commands)
     return parser
+
+
+def _add_human_commands(commands: Any) -> None:
+    log = commands.add_parser(
+        "log",
+        help="list a journal's checkpoints and changes, newest first",
+        description="List the checkpoints and the changes of a journal, newest first: time, "
+        "checkpoint, change id, tool, classification, status and arguments. Shows open "
+        "changes unless --all is given.",
+        epilog=LOG_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_log_arguments(log)
+    log.set_defaults(run=run_log)
+    undo = commands.add_parser(
+        "undo",
+        help="undo every change after a checkpoint (shows the plan, then asks)",
+        description="Show what undoing to a checkpoint would do, ask, then start the "
+        "registry's servers and compensate each change, newest first, reporting each one.",
+        epilog=UNDO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_undo_arguments(undo)
+    undo.set_defaults(run=run_undo)
+    explain = commands.add_parser(
+        "explain",
+        help="explain what undo would and would not do after a tool",
+        description="Print what the explain_blast_radius meta tool answers for a tool: its "
+        "classification, snapshot and compensating calls, and what undo cannot restore.",
+        epilog=EXPLAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_explain_arguments(explain)
+    explain.set_defaults(run=run_explain)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

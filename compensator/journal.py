@@ -194,11 +194,17 @@ class Journal:
     Snapshots and arguments may hold secrets, so the database file is created 0600.
     `synchronous=FULL` makes an intent row durable before the call it describes is
     forwarded: a crash right after can never lose it.
+
+    `read_only=True` opens an existing journal for reading, e.g. while a proxy writes it: the
+    file is never created, migrated or recovered, and SQLite refuses every write.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        if read_only:
+            self._open_read_only()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.exists():
@@ -227,6 +233,43 @@ class Journal:
 
     # -- set-up -----------------------------------------------------------------------
 
+    def _open_read_only(self) -> None:
+        if not self.path.is_file():
+            raise JournalError(
+                f"no journal at {self.path}. Pass --db with the file the proxy writes "
+                "(it logs the path at start-up), or the --config it serves."
+            )
+        try:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=10.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalError(f"cannot open journal {self.path}: {exc}.") from exc
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._db.execute("PRAGMA busy_timeout=10000")
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise JournalError(
+                f"cannot read journal {self.path}: {exc}. Is it a journal written by compensator?"
+            ) from exc
+        if version != SCHEMA_VERSION:
+            self._db.close()
+            raise JournalError(self._version_problem(version))
+
+    def _version_problem(self, version: int) -> str:
+        if version > SCHEMA_VERSION:
+            return (
+                f"journal {self.path} has schema version {version}, newer than this "
+                f"compensator understands ({SCHEMA_VERSION}). Upgrade mcp-compensator."
+            )
+        if version == 0:
+            return f"{self.path} is not a journal written by compensator (no schema version)."
+        return (
+            f"journal {self.path} has schema version {version}, older than this compensator "
+            f"reads ({SCHEMA_VERSION}). Start `compensator serve` on it once to migrate it."
+        )
+
     def _configure(self) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -236,10 +279,7 @@ class Journal:
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise JournalError(
-                f"journal {self.path} has schema version {version}, newer than this "
-                f"compensator understands ({SCHEMA_VERSION}). Upgrade mcp-compensator."
-            )
+            raise JournalError(self._version_problem(version))
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._transaction() as db:
                 db.executescript_safe(_MIGRATIONS[target - 1])

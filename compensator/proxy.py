@@ -22,9 +22,9 @@ from .journal import Journal, Status, default_journal_path
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .results import parse_result, result_text
 from .templates import Expression
-from .undo import CallOutcome, Undoer
+from .undo import Caller, CallOutcome, Undoer
 
-__all__ = ["Proxy", "main", "serve"]
+__all__ = ["Proxy", "call_outcome", "classify", "explain_tool", "main", "serve", "undo_caller"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Proxy:
         self.journal = journal
         self.pool = pool
         self._gate = _Gate()
-        self._undoer = Undoer(journal, registry, self._call_for_undo)
+        self._undoer = Undoer(journal, registry, undo_caller(registry, pool))
         self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
             "checkpoint": self._checkpoint,
             "list_checkpoints": self._list_checkpoints,
@@ -133,19 +133,7 @@ class Proxy:
     def classify(self, name: str, arguments: Mapping[str, Any] | None = None) -> Classification:
         """How a call to `name` with `arguments` is treated; `arguments=None` ignores
         `mutating_when` (the tool's classification in general)."""
-        policy = self.registry.policy(name)
-        if policy is None:
-            routed = self.pool.route(name)
-            hint = routed is not None and routed.annotations.get("readOnlyHint") is True
-            if hint and self.registry.defaults.trust_read_only_hint:
-                return Classification.READ
-            return Classification.UNKNOWN
-        gate = policy.mutating_when
-        # When the condition cannot be evaluated, journaling is the safe side.
-        if gate is not None and arguments is not None:
-            mutating = _holds(gate, {"args": arguments}, default=True)
-            return policy.classification if mutating else Classification.READ
-        return policy.classification
+        return classify(self.registry, self.pool, name, arguments)
 
     # -- forwarding --------------------------------------------------------------------
 
@@ -208,24 +196,7 @@ class Proxy:
         self, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
     ) -> CallOutcome:
         """Parse a result and decide whether the call worked (isError, then `error_when`)."""
-        structured, content, is_error = _sdk.result_parts(result)
-        value = parse_result(structured, content)
-        if is_error:
-            return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
-        policy = self.registry.policy(name)
-        failed = policy.error_when if policy is not None else None
-        # A condition that cannot be evaluated counts the call as done, so it stays undoable.
-        context = {"result": value, "args": dict(arguments)}
-        if failed is not None and _holds(failed, context, default=False):
-            return CallOutcome(ok=False, value=value, error=_error_text(value, content))
-        return CallOutcome(ok=True, value=value)
-
-    async def _call_for_undo(self, name: str, arguments: dict[str, Any]) -> CallOutcome:
-        try:
-            result = await self.pool.call(name, arguments)
-        except DownstreamError as exc:
-            return CallOutcome(ok=False, error=str(exc))
-        return self.outcome(name, arguments, result)
+        return call_outcome(self.registry, name, arguments, result)
 
     # -- meta tools --------------------------------------------------------------------
 
@@ -265,15 +236,76 @@ class Proxy:
         return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        tool = meta.parse_explain(args)
-        routed = self.pool.route(tool)
-        if routed is None and self.registry.policy(tool) is None:
-            raise MetaArgumentError(
-                f"explain_blast_radius: no tool named {tool!r}; "
-                "use a name from tools/list, such as " + ", ".join(list(self.pool.routes)[:5])
-            )
-        annotations = routed.annotations if routed is not None else {}
-        return meta.explain(tool, self.classify(tool), self.registry.policy(tool), annotations)
+        return explain_tool(self.registry, self.pool, meta.parse_explain(args))
+
+
+# -- shared with the command line: classification, outcomes, undo calls, explanations -----
+
+
+def classify(
+    registry: Registry,
+    pool: DownstreamPool,
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+) -> Classification:
+    """How a call to `name` with `arguments` is treated; `arguments=None` ignores
+    `mutating_when` (the tool's classification in general)."""
+    policy = registry.policy(name)
+    if policy is None:
+        routed = pool.route(name)
+        hint = routed is not None and routed.annotations.get("readOnlyHint") is True
+        if hint and registry.defaults.trust_read_only_hint:
+            return Classification.READ
+        return Classification.UNKNOWN
+    gate = policy.mutating_when
+    # When the condition cannot be evaluated, journaling is the safe side.
+    if gate is not None and arguments is not None:
+        mutating = _holds(gate, {"args": arguments}, default=True)
+        return policy.classification if mutating else Classification.READ
+    return policy.classification
+
+
+def call_outcome(
+    registry: Registry, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
+) -> CallOutcome:
+    """Parse a result and decide whether the call worked (isError, then `error_when`)."""
+    structured, content, is_error = _sdk.result_parts(result)
+    value = parse_result(structured, content)
+    if is_error:
+        return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
+    policy = registry.policy(name)
+    failed = policy.error_when if policy is not None else None
+    # A condition that cannot be evaluated counts the call as done, so it stays undoable.
+    context = {"result": value, "args": dict(arguments)}
+    if failed is not None and _holds(failed, context, default=False):
+        return CallOutcome(ok=False, value=value, error=_error_text(value, content))
+    return CallOutcome(ok=True, value=value)
+
+
+def undo_caller(registry: Registry, pool: DownstreamPool) -> Caller:
+    """The `Caller` an `Undoer` gets: a transport failure is a failed outcome, never raised."""
+
+    async def call(name: str, arguments: dict[str, Any]) -> CallOutcome:
+        try:
+            result = await pool.call(name, arguments)
+        except DownstreamError as exc:
+            return CallOutcome(ok=False, error=str(exc))
+        return call_outcome(registry, name, arguments, result)
+
+    return call
+
+
+def explain_tool(registry: Registry, pool: DownstreamPool, tool: str) -> dict[str, Any]:
+    """What `explain_blast_radius` answers for `tool`; MetaArgumentError when nothing knows it."""
+    routed = pool.route(tool)
+    if routed is None and registry.policy(tool) is None:
+        raise MetaArgumentError(
+            f"explain_blast_radius: no tool named {tool!r}; "
+            "use a name from tools/list, such as " + ", ".join(list(pool.routes)[:5])
+        )
+    annotations = routed.annotations if routed is not None else {}
+    policy = registry.policy(tool)
+    return meta.explain(tool, classify(registry, pool, tool), policy, annotations)
 
 
 def _holds(condition: Expression, context: Mapping[str, Any], *, default: bool) -> bool:

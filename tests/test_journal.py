@@ -114,3 +114,48 @@ def test_a_file_that_is_not_a_journal_is_a_clear_error(tmp_path: Path):
     with pytest.raises(JournalError, match=r"cannot use journal .*notes\.txt"):
         Journal(path)
     assert path.read_text().startswith("these are my notes")
+
+
+def test_read_only_never_creates_a_journal(tmp_path: Path):
+    missing = tmp_path / "sub" / "j.db"
+    with pytest.raises(JournalError, match=r"no journal at .*j\.db"):
+        Journal(missing, read_only=True)
+    assert not missing.parent.exists()
+    empty = tmp_path / "empty.db"
+    raw(empty).close()
+    with pytest.raises(JournalError, match="not a journal written by compensator"):
+        Journal(empty, read_only=True)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n" * 100)
+    with pytest.raises(JournalError, match=r"cannot read journal .*notes\.txt"):
+        Journal(notes, read_only=True)
+
+
+def test_read_only_sees_a_live_writer_and_changes_nothing(tmp_path: Path, open_journal):
+    path = tmp_path / "j.db"
+    writer = open_journal(path)
+    orphan = writer.record_intent(tool="s__a", classification="reversible", args={})
+    db = raw(path)
+    db.execute("UPDATE changes SET pid = ? WHERE id = ?", (2**22 + 12345, orphan))
+    db.close()
+    reader = Journal(path, read_only=True)
+    try:
+        # No recovery on a read-only open: the abandoned call is left for the proxy to settle.
+        assert reader.change(orphan).status == Status.PENDING
+        later = writer.record_intent(tool="s__b", classification="reversible", args={})
+        assert [c.id for c in reader.open_changes()] == [later, orphan]
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.create_checkpoint("nope")
+    finally:
+        reader.close()
+    assert writer.checkpoints() == []
+
+
+def test_read_only_refuses_a_newer_schema(tmp_path: Path):
+    path = tmp_path / "j.db"
+    Journal(path).close()
+    db = raw(path)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
+        Journal(path, read_only=True)

@@ -1,0 +1,270 @@
+"""`compensator log`: a journal's checkpoints and changes, newest first, for a person or a script.
+
+It opens the journal read-only, so it is safe on a journal a running proxy is writing, and it
+never creates one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .errors import CompensatorError
+from .journal import Change, Checkpoint, Journal, Status, default_journal_path
+from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
+
+__all__ = [
+    "Listing",
+    "add_log_arguments",
+    "checkpoint_title",
+    "compact",
+    "journal_path",
+    "local_time",
+    "no_such_checkpoint",
+    "run_log",
+    "select",
+]
+
+_STATUS_STYLES = {Status.OK: "green", Status.ERROR: "red"}
+_COLUMNS = (
+    Column(header="TIME"),
+    Column(header="CP"),
+    Column(header="CHANGE"),
+    Column(header="TOOL", overflow="truncate", min_width=16),
+    Column(header="CLASS"),
+    Column(header="STATUS"),
+    Column(header="ARGS", overflow="truncate", min_width=16),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listing:
+    """What `log` shows: checkpoints and changes newest first, and how many it left out."""
+
+    journal: Path
+    checkpoints: list[Checkpoint]
+    changes: list[Change]
+    hidden_undone: int = 0
+    hidden_failed: int = 0
+
+
+# -- shared with `compensator undo` -------------------------------------------------------
+
+
+def journal_path(db: Path | None, config: Path | None) -> Path:
+    """`--db`, else where `serve --config` keeps its journal ($COMPENSATOR_DB, else per config)."""
+    if db is not None:
+        return db
+    if config is None:
+        raise CompensatorError("pass --db JOURNAL, or --config REGISTRY to use its journal")
+    return default_journal_path(config)
+
+
+def local_time(iso: str) -> str:
+    """A journal timestamp (UTC, ISO 8601) in this machine's time zone, to the second."""
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def compact(value: Any) -> str:
+    """JSON on one line, readable: `{"id": 3, "title": "x"}`."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def checkpoint_title(checkpoint: Checkpoint) -> str:
+    label = f" {compact(checkpoint.label)}" if checkpoint.label else ""
+    return f"checkpoint {checkpoint.id}{label} ({local_time(checkpoint.created_at)})"
+
+
+def no_such_checkpoint(journal: Journal, checkpoint_id: int) -> str:
+    """The error for an unknown checkpoint id, listing the valid ones (newest first)."""
+    known = journal.checkpoints()
+    if not known:
+        return (
+            f"no checkpoint {checkpoint_id} in {journal.path}: it has none yet "
+            "(an agent takes one with the `checkpoint` tool)"
+        )
+    shown = "; ".join(checkpoint_title(cp) for cp in known[:20])
+    more = f"; and {len(known) - 20} older" if len(known) > 20 else ""
+    return f"no checkpoint {checkpoint_id} in {journal.path}. Valid checkpoints: {shown}{more}"
+
+
+# -- selection ----------------------------------------------------------------------------
+
+
+def select(journal: Journal, *, checkpoint_id: int | None, everything: bool) -> Listing:
+    """Open changes that did something (all changes with `everything`), after a checkpoint
+    when one is given; the checkpoints taken from that one on."""
+    floor = journal.checkpoint(checkpoint_id) if checkpoint_id is not None else None
+    if checkpoint_id is not None and floor is None:
+        raise CompensatorError(no_such_checkpoint(journal, checkpoint_id))
+    after = 0 if floor is None else floor.last_change_id
+    changes = [c for c in journal.all_changes() if c.id > after]
+    checkpoints = [cp for cp in journal.checkpoints() if floor is None or cp.id >= floor.id]
+    if everything:
+        return Listing(journal=journal.path, checkpoints=checkpoints, changes=changes)
+    undone = [c for c in changes if c.undone_at is not None]
+    failed = [c for c in changes if c.undone_at is None and c.status == Status.ERROR]
+    shown = [c for c in changes if c.undone_at is None and c.status != Status.ERROR]
+    return Listing(
+        journal=journal.path,
+        checkpoints=checkpoints,
+        changes=shown,
+        hidden_undone=len(undone),
+        hidden_failed=len(failed),
+    )
+
+
+def timeline(listing: Listing) -> list[Checkpoint | Change]:
+    """Changes and checkpoints in one list, newest first: a checkpoint sits just above the
+    last change made before it."""
+
+    def key(entry: Checkpoint | Change) -> tuple[int, int, int]:
+        if isinstance(entry, Checkpoint):
+            return (entry.last_change_id, 1, entry.id)
+        return (entry.id, 0, 0)
+
+    return sorted([*listing.changes, *listing.checkpoints], key=key, reverse=True)
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def status_text(change: Change) -> str:
+    if change.undone_at is None:
+        return change.status
+    return "compensated" if change.undo_note == "compensated" else f"{change.status}, undone"
+
+
+def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
+    lines = [f"compensator log: {listing.journal}", ""]
+    if listing.changes or listing.checkpoints:
+        rows = [_row(entry, style, width) for entry in timeline(listing)]
+        lines.extend(render_table(_COLUMNS, rows, width=width, style=style))
+    else:
+        lines.append("The journal holds no checkpoints and no changes yet.")
+    footer = _hidden(listing)
+    if footer:
+        lines.extend(["", style(footer, "dim")])
+    return "\n".join(lines)
+
+
+def _row(entry: Checkpoint | Change, style: Styler, width: int) -> Sequence[str | Cell] | Rule:
+    if isinstance(entry, Checkpoint):
+        title = f"── {checkpoint_title(entry)} "
+        return Rule(text=title + "─" * max(width - len(title), 0), style="cyan")
+    undone = entry.undone_at is not None
+    status_style = "dim" if undone else _STATUS_STYLES.get(entry.status, "yellow")
+    return [
+        local_time(entry.created_at),
+        "-" if entry.checkpoint_id is None else str(entry.checkpoint_id),
+        str(entry.id),
+        entry.tool,
+        entry.classification,
+        Cell(text=status_text(entry), style=status_style),
+        compact(entry.args),
+    ]
+
+
+def _hidden(listing: Listing) -> str:
+    parts = []
+    if listing.hidden_undone:
+        parts.append(_plural(listing.hidden_undone, "undone change"))
+    if listing.hidden_failed:
+        parts.append(_plural(listing.hidden_failed, "failed call"))
+    if not parts:
+        return ""
+    return f"{' and '.join(parts)} not shown; --all shows them."
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def render_json(listing: Listing) -> str:
+    document = {
+        "journal": str(listing.journal),
+        "checkpoints": [
+            {**cp.to_json(), "last_change_id": cp.last_change_id} for cp in listing.checkpoints
+        ],
+        "changes": [_change_json(change) for change in listing.changes],
+        "hidden": {"undone": listing.hidden_undone, "failed": listing.hidden_failed},
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False, default=str)
+
+
+def _change_json(change: Change) -> dict[str, Any]:
+    return {
+        **change.to_json(),
+        "error": change.error,
+        "completed_at": change.completed_at,
+        "undone_at": change.undone_at,
+        "undo_note": change.undo_note,
+    }
+
+
+# -- command line -------------------------------------------------------------------------
+
+LOG_EPILOG = """\
+examples:
+  compensator log --config compensators.yaml          # the journal `serve --config` writes
+  compensator log --db ./journal.db --checkpoint 3     # only what came after checkpoint 3
+  compensator log --db ./journal.db --all              # undone changes and failed calls too
+  compensator log --db ./journal.db --json | jq '.changes[].tool'
+
+Changes are listed newest first with the checkpoints between them. The journal is opened
+read-only: it is safe while a proxy writes it, and a missing journal is an error (exit 1).
+"""
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", type=Path, default=None, help="the journal file")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the registry `serve` runs with: use its journal ($COMPENSATOR_DB, else the "
+        "file per config under $XDG_STATE_HOME/mcp-compensator); --db wins when both are given",
+    )
+    parser.add_argument(
+        "--checkpoint", type=int, default=None, metavar="N", help="only changes after checkpoint N"
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="include undone changes and failed calls"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (checkpoints and changes, full args)"
+    )
+
+
+def run_log(args: argparse.Namespace) -> int:
+    """Exit 0 with the listing; 1 when the journal or the checkpoint does not exist."""
+    if args.db is None and args.config is None:
+        print("compensator log: pass --db JOURNAL, or --config REGISTRY", file=sys.stderr)
+        return 2
+    journal: Journal | None = None
+    try:
+        journal = Journal(journal_path(args.db, args.config), read_only=True)
+        listing = select(journal, checkpoint_id=args.checkpoint, everything=args.all)
+    except CompensatorError as exc:
+        print(f"compensator log: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if journal is not None:
+            journal.close()
+    if args.json:
+        print(render_json(listing))
+    else:
+        print(
+            render_table_view(listing, width=terminal_width(), style=Styler.for_stream(sys.stdout))
+        )
+    return 0

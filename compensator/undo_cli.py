@@ -1,0 +1,277 @@
+"""`compensator undo`: undo to a checkpoint from a terminal, with a plan, a question and progress.
+
+The plan is `undo_to`'s dry run, read from the journal alone (read-only, no server started).
+The undo itself starts the registry's servers, as `check` does, and runs the same `Undoer`
+the `undo_to` meta tool runs, one change at a time so each can be reported as it settles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+
+from .downstream import STARTUP_TIMEOUT, DownstreamPool
+from .errors import CompensatorError
+from .journal import Change, Checkpoint, Journal
+from .log_cli import checkpoint_title, compact, journal_path, no_such_checkpoint
+from .proxy import registry_environment, undo_caller
+from .registry import Registry, load_registry
+from .terminal import Cell, Column, Styler, confirm, render_table, terminal_width
+from .undo import CallOutcome, Undoer, UndoReport
+
+__all__ = ["Plan", "add_undo_arguments", "run_undo"]
+
+_KINDS = ("undone", "skipped", "nothing_to_undo")
+_PLAN_COLUMNS = (
+    Column(header="CHANGE"),
+    Column(header="TOOL", overflow="truncate", min_width=16),
+    Column(header="PLAN", overflow="wrap", min_width=30),
+)
+
+Progress = Callable[[str, dict[str, Any]], None]
+"""Told each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What an undo to `checkpoint` would do, as `undo_to` with `dry_run` reports it."""
+
+    journal: Path
+    checkpoint: Checkpoint
+    report: UndoReport
+
+    @property
+    def entries(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every change in the plan with its kind, newest first."""
+        listed = self.report.to_json()
+        pairs = [(kind, entry) for kind in _KINDS for entry in listed[kind]]
+        return sorted(pairs, key=lambda pair: int(pair[1]["id"]), reverse=True)
+
+
+# -- the plan and the undo ----------------------------------------------------------------
+
+
+async def _no_calls(name: str, arguments: dict[str, Any]) -> CallOutcome:
+    return CallOutcome(ok=False, error="a dry run calls no tool")
+
+
+def _checkpoint(journal: Journal, checkpoint_id: int) -> Checkpoint:
+    checkpoint = journal.checkpoint(checkpoint_id)
+    if checkpoint is None:
+        raise CompensatorError(no_such_checkpoint(journal, checkpoint_id))
+    return checkpoint
+
+
+async def make_plan(registry: Registry, path: Path, checkpoint_id: int) -> Plan:
+    journal = Journal(path, read_only=True)
+    try:
+        checkpoint = _checkpoint(journal, checkpoint_id)
+        report = await Undoer(journal, registry, _no_calls).undo_to(checkpoint.id, dry_run=True)
+    finally:
+        journal.close()
+    return Plan(journal=path, checkpoint=checkpoint, report=report)
+
+
+class _OneChange:
+    """The journal as `Undoer` sees it, narrowed to one open change (none once it is settled
+    elsewhere), so each change is reported as soon as it is done; the rest is the journal."""
+
+    def __init__(self, journal: Journal, change: Change) -> None:
+        self._journal = journal
+        self._change = change
+
+    def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
+        current = self._journal.change(self._change.id)
+        return [] if current is None or current.undone_at is not None else [current]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+
+async def undo(
+    registry: Registry, path: Path, checkpoint_id: int, startup_timeout: float, progress: Progress
+) -> UndoReport:
+    """Start the servers and undo every open change after the checkpoint, newest first."""
+    journal = Journal(path)
+    try:
+        checkpoint = _checkpoint(journal, checkpoint_id)
+        async with DownstreamPool(
+            registry.servers.values(), startup_timeout=startup_timeout
+        ) as pool:
+            for name, reason in pool.failures.items():
+                print(f"compensator undo: server {name!r} did not start: {reason}", file=sys.stderr)
+            call = undo_caller(registry, pool)
+            total = UndoReport()
+            for change in journal.open_changes(checkpoint):
+                narrowed = cast(Journal, _OneChange(journal, change))
+                report = await Undoer(narrowed, registry, call).undo_to(checkpoint.id)
+                _merge(total, report, progress)
+            return total
+    finally:
+        journal.close()
+
+
+def _merge(total: UndoReport, report: UndoReport, progress: Progress) -> None:
+    for kind in _KINDS:
+        for entry in getattr(report, kind):
+            getattr(total, kind).append(entry)
+            progress(kind, entry)
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def render_plan(plan: Plan, *, width: int, style: Styler) -> str:
+    lines = [f"compensator undo: {plan.journal}", f"to {checkpoint_title(plan.checkpoint)}", ""]
+    entries = plan.entries
+    if not entries:
+        lines.append(f"Nothing to undo after checkpoint {plan.checkpoint.id}.")
+        return "\n".join(lines)
+    rows = [[str(entry["id"]), entry["tool"], _plan_cell(kind, entry)] for kind, entry in entries]
+    lines.extend(render_table(_PLAN_COLUMNS, rows, width=width, style=style))
+    report = plan.report
+    lines.extend(["", "Plan: " + _counts(report, future=True)])
+    return "\n".join(lines)
+
+
+def _plan_cell(kind: str, entry: dict[str, Any]) -> Cell:
+    if kind == "skipped":
+        return Cell(text=f"skip: {entry['reason']}", style="yellow")
+    if kind == "nothing_to_undo":
+        return Cell(text=f"nothing to undo: {entry['reason']}", style="dim")
+    calls = entry["calls"]
+    if not calls:
+        return Cell(text="settle: no compensating call is needed", style="dim")
+    text = "\n".join(f"call {call['tool']} {compact(call['args'])}" for call in calls)
+    return Cell(text=text, overflow="truncate")
+
+
+def _counts(report: UndoReport, *, future: bool) -> str:
+    undone = "to undo" if future else "undone"
+    skipped = "to skip" if future else "skipped"
+    return (
+        f"{len(report.undone)} {undone}, {len(report.skipped)} {skipped}, "
+        f"{len(report.nothing_to_undo)} with nothing to undo."
+    )
+
+
+def progress_line(kind: str, entry: dict[str, Any], style: Styler) -> str:
+    change = f"change {entry['id']} {entry['tool']}"
+    if kind == "undone":
+        return f"{style('undone', 'green')} {change}"
+    if kind == "skipped":
+        return f"{style('skipped', 'yellow')} {change}: {entry['reason']}"
+    return f"{style('nothing to undo', 'dim')} for {change}: {entry['reason']}"
+
+
+def render_summary(report: UndoReport, style: Styler) -> str:
+    lines = ["", "Done: " + _counts(report, future=False)]
+    if report.skipped:
+        lines.append(style("Skipped, still open (see `compensator log`):", "yellow"))
+        lines.extend(
+            f"  change {entry['id']} {entry['tool']}: {entry['reason']}" for entry in report.skipped
+        )
+    return "\n".join(lines)
+
+
+# -- command line -------------------------------------------------------------------------
+
+UNDO_EPILOG = """\
+examples:
+  compensator undo --config compensators.yaml --to 3 --dry-run   # the plan only
+  compensator undo --config compensators.yaml --to 3             # plan, then asks y/N
+  compensator undo --config compensators.yaml --to 3 --yes       # no question (scripts)
+
+The same undo as the `undo_to` meta tool: every change after checkpoint 3 that is not undone
+yet is compensated, newest first, by the registry's servers (started here, as `check` starts
+them). Run it while the agent is idle: a proxy on the same journal keeps serving, but calls
+it makes during the undo are not held back. Exit 0 when everything planned was undone, 1 when
+anything was skipped or the checkpoint does not exist, 2 when confirmation was needed but
+stdin is not a terminal.
+"""
+
+
+def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument(
+        "--db", type=Path, default=None, help="the journal file (default: as `serve` finds it)"
+    )
+    parser.add_argument(
+        "--to", required=True, type=int, metavar="N", help="undo every change after checkpoint N"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    parser.add_argument("--yes", "-y", action="store_true", help="undo without asking")
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=STARTUP_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long each server gets to start (default {STARTUP_TIMEOUT:g})",
+    )
+
+
+def run_undo(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="compensator %(levelname)s %(name)s: %(message)s",
+    )
+    style = Styler.for_stream(sys.stdout)
+    try:
+        registry = load_registry(args.config, environ=registry_environment())
+        path = journal_path(args.db, args.config)
+        plan = anyio.run(make_plan, registry, path, args.to)
+    except CompensatorError as exc:
+        print(f"compensator undo: {exc}", file=sys.stderr)
+        return 1
+    print(render_plan(plan, width=terminal_width(), style=style))
+    if not plan.entries or args.dry_run:
+        if plan.entries:
+            print("Dry run: nothing was changed.")
+        return 0
+    if not args.yes:
+        answer = _ask(len(plan.entries))
+        if answer is not None:
+            return answer
+    return _run(args, registry, path, style)
+
+
+def _ask(count: int) -> int | None:
+    """None to go ahead, else the exit code."""
+    if not sys.stdin.isatty():
+        print(
+            "compensator undo: stdin is not a terminal, so nobody can confirm. "
+            "Pass --yes to undo without asking (or --dry-run to only see the plan).",
+            file=sys.stderr,
+        )
+        return 2
+    noun = "change" if count == 1 else "changes"
+    if confirm(f"\nUndo these {count} {noun}?"):
+        return None
+    print("Nothing was undone.")
+    return 1
+
+
+def _run(args: argparse.Namespace, registry: Registry, path: Path, style: Styler) -> int:
+    print()
+
+    def show(kind: str, entry: dict[str, Any]) -> None:
+        print(progress_line(kind, entry, style), flush=True)
+
+    try:
+        report = anyio.run(undo, registry, path, args.to, args.startup_timeout, show)
+    except CompensatorError as exc:
+        print(f"compensator undo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("compensator undo: interrupted; run it again to finish.", file=sys.stderr)
+        return 130
+    print(render_summary(report, style))
+    return 1 if report.skipped else 0
