@@ -329,10 +329,10 @@ def registry_environment() -> dict[str, str]:
     return {"COMPENSATOR_PYTHON": sys.executable, **os.environ}
 
 
-async def serve(config: Path, db: Path) -> None:
+async def serve(config: Path, db: Path, fsync: bool = False) -> None:
     """Load the registry, start the downstream servers, and serve one client over stdio."""
     registry = load_registry(config, environ=registry_environment())
-    journal = Journal(db)
+    journal = Journal(db, fsync=fsync)
     log.info("journal: %s", journal.path)
     try:
         async with DownstreamPool(registry.servers.values()) as pool:
@@ -359,6 +359,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
     )
+    parser.add_argument(
+        "--fsync",
+        action="store_true",
+        help="sync every journal commit to disk (SQLite synchronous=FULL), so that even a power "
+        "cut loses no journaled call; costs about 1 ms per mutating call. Without it, a "
+        "crashed or killed proxy still loses nothing",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -369,7 +376,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     db = args.db if args.db is not None else default_journal_path(args.config)
     try:
-        anyio.run(serve, args.config, db)
+        anyio.run(serve, args.config, db, args.fsync)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2

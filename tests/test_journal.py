@@ -159,3 +159,33 @@ def test_read_only_refuses_a_newer_schema(tmp_path: Path):
     db.close()
     with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
         Journal(path, read_only=True)
+
+
+def test_fsync_chooses_full_synchronous_and_the_default_is_normal(tmp_path, open_journal):
+    # 1 = NORMAL, 2 = FULL (https://sqlite.org/pragma.html#pragma_synchronous)
+    assert open_journal(tmp_path / "a.db")._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+    full = Journal(tmp_path / "b.db", fsync=True)
+    try:
+        assert full._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+    finally:
+        full.close()
+
+
+KILL_AFTER_INTENT = """
+import os, signal, sys
+from compensator.journal import Journal
+journal = Journal(sys.argv[1])
+for n in range(int(sys.argv[2])):
+    journal.record_intent(tool="t__x", classification="reversible", args={"n": n})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_intents_committed_before_a_sigkill_survive_it(tmp_path, open_journal):
+    # The default synchronous=NORMAL: a commit is with the OS before record_intent returns.
+    path = tmp_path / "j.db"
+    done = subprocess.run([sys.executable, "-c", KILL_AFTER_INTENT, str(path), "25"], check=False)
+    assert done.returncode == -9
+    changes = open_journal(path).all_changes()  # opening marks the dead process's rows
+    assert [c.args["n"] for c in changes] == list(range(24, -1, -1))
+    assert {c.status for c in changes} == {Status.UNKNOWN}
