@@ -23,10 +23,13 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.overhead import SERVER, connect  # noqa: E402
 
 SERVERS = 5
-REGISTRY = "servers:\n" + "".join(
-    f'  bench{n}:\n    command: "{SERVER[0]}"\n    args: ["{SERVER[1]}"]\n'
-    for n in range(1, SERVERS + 1)
-)
+
+
+def registry(servers: int) -> str:
+    return "servers:\n" + "".join(
+        f'  bench{n}:\n    command: "{SERVER[0]}"\n    args: ["{SERVER[1]}"]\n'
+        for n in range(1, servers + 1)
+    )
 
 
 async def first_list(params: StdioServerParameters) -> tuple[float, int]:
@@ -39,23 +42,28 @@ async def first_list(params: StdioServerParameters) -> tuple[float, int]:
 async def main(rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="compensator-bench-") as name:
         tmp = Path(name)
-        config = tmp / "five.yaml"
-        config.write_text(REGISTRY)
         single = StdioServerParameters(command=SERVER[0], args=SERVER[1:], cwd=str(HERE))
-        through: list[float] = []
+        through: dict[int, list[float]] = {1: [], SERVERS: []}
         slowest: list[float] = []
         for index in range(rounds):
-            args = ["-m", "compensator.proxy", "--config", str(config)]
-            args += ["--db", str(tmp / f"j{index}.db"), "--log-level", "WARNING"]
-            proxy = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ))
-            seconds, count = await first_list(proxy)
-            assert count >= SERVERS * 3, count
-            through.append(seconds)
+            for servers in through:
+                config = tmp / f"servers{servers}.yaml"
+                config.write_text(registry(servers))
+                args = ["-m", "compensator.proxy", "--config", str(config)]
+                args += ["--db", str(tmp / f"j{index}-{servers}.db"), "--log-level", "WARNING"]
+                proxy = StdioServerParameters(
+                    command=sys.executable, args=args, env=dict(os.environ)
+                )
+                seconds, count = await first_list(proxy)
+                assert count >= servers * 3, count
+                through[servers].append(seconds)
             alone = [(await first_list(single))[0] for _ in range(SERVERS)]
             slowest.append(max(alone))
-    a, b = statistics.median(slowest), statistics.median(through)
+    a, b = statistics.median(slowest), statistics.median(through[SERVERS])
+    one = statistics.median(through[1])
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
     print(f"slowest of {SERVERS} servers started alone: {a * 1000:.0f} ms (median of {rounds})")
+    print(f"compensator in front of 1 server:    {one * 1000:.0f} ms")
     print(f"compensator in front of all {SERVERS}:        {b * 1000:.0f} ms")
     verdict = "met" if b <= 1.3 * a else "MISSED"
     print(f"ratio {b / a:.2f}   target <= 1.30: {verdict}")
