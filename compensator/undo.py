@@ -11,7 +11,7 @@ from .errors import CompensatorError, MetaArgumentError
 from .journal import Change, Journal, Status
 from .registry import Classification, InverseStep, Registry, ToolPolicy
 
-__all__ = ["CallOutcome", "Caller", "UndoReport", "Undoer", "template_context"]
+__all__ = ["CallOutcome", "Caller", "Progress", "UndoReport", "Undoer", "template_context"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,8 @@ class CallOutcome:
 
 
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
+Progress = Callable[[str, dict[str, Any]], None]
+"""Told each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
 """Calls a downstream tool by its exposed name; never raises for a failed call."""
 
 
@@ -65,13 +67,20 @@ class Undoer:
         self._registry = registry
         self._call = call
 
-    async def undo_to(self, checkpoint_id: int, *, dry_run: bool = False) -> UndoReport:
+    async def undo_to(
+        self, checkpoint_id: int, *, dry_run: bool = False, progress: Progress | None = None
+    ) -> UndoReport:
+        """Compensate every open change after the checkpoint, newest first. `progress` is told
+        each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
         checkpoint = self._journal.checkpoint(checkpoint_id)
         if checkpoint is None:
             raise MetaArgumentError(self.unknown_checkpoint(checkpoint_id))
         report = UndoReport()
         for change in self._journal.open_changes(checkpoint):
-            await self._undo_one(change, report, dry_run=dry_run)
+            kind, entry = await self._undo_one(change, dry_run=dry_run)
+            getattr(report, kind).append(entry)
+            if progress is not None:
+                progress(kind, entry)
         return report
 
     def unknown_checkpoint(self, checkpoint_id: object) -> str:
@@ -82,20 +91,18 @@ class Undoer:
         shown = ", ".join(str(i) for i in known[:20])
         return f"no checkpoint {checkpoint_id!r}; valid checkpoint ids: {shown}"
 
-    async def _undo_one(self, change: Change, report: UndoReport, *, dry_run: bool) -> None:
+    async def _undo_one(self, change: Change, *, dry_run: bool) -> tuple[str, dict[str, Any]]:
         entry = change.to_json()
         if change.status == Status.ERROR:
-            report.nothing_to_undo.append({**entry, "reason": "the call failed"})
             if not dry_run:
                 self._journal.mark_undone(change.id, "nothing to undo: the call failed")
-            return
+            return "nothing_to_undo", {**entry, "reason": "the call failed"}
         try:
             policy = self._policy_for(change)
             calls = await self._compensate(change, policy, dry_run=dry_run)
         except _Skip as skip:
-            report.skipped.append({**entry, "reason": str(skip)})
-            return
-        report.undone.append({**entry, "calls": calls})
+            return "skipped", {**entry, "reason": str(skip)}
+        return "undone", {**entry, "calls": calls}
 
     def _policy_for(self, change: Change) -> ToolPolicy:
         if change.status == Status.PENDING:

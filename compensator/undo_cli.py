@@ -2,7 +2,7 @@
 
 The plan is `undo_to`'s dry run, read from the journal alone (read-only, no server started).
 The undo itself starts the registry's servers, as `check` does, and runs the same `Undoer`
-the `undo_to` meta tool runs, one change at a time so each can be reported as it settles.
+the `undo_to` meta tool runs, reporting each change as it settles.
 """
 
 from __future__ import annotations
@@ -10,21 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
 from .downstream import STARTUP_TIMEOUT, DownstreamPool
 from .errors import CompensatorError
-from .journal import Change, Checkpoint, Journal
+from .journal import Checkpoint, Journal
 from .log_cli import checkpoint_title, compact, journal_path, no_such_checkpoint
 from .proxy import registry_environment, undo_caller
 from .registry import Registry, load_registry
 from .terminal import Cell, Column, Styler, confirm, render_table, terminal_width
-from .undo import CallOutcome, Undoer, UndoReport
+from .undo import CallOutcome, Progress, Undoer, UndoReport
 
 __all__ = ["Plan", "add_undo_arguments", "run_undo"]
 
@@ -34,9 +33,6 @@ _PLAN_COLUMNS = (
     Column(header="TOOL", overflow="truncate", min_width=16),
     Column(header="PLAN", overflow="wrap", min_width=30),
 )
-
-Progress = Callable[[str, dict[str, Any]], None]
-"""Told each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,22 +75,6 @@ async def make_plan(registry: Registry, path: Path, checkpoint_id: int) -> Plan:
     return Plan(journal=path, checkpoint=checkpoint, report=report)
 
 
-class _OneChange:
-    """The journal as `Undoer` sees it, narrowed to one open change (none once it is settled
-    elsewhere), so each change is reported as soon as it is done; the rest is the journal."""
-
-    def __init__(self, journal: Journal, change: Change) -> None:
-        self._journal = journal
-        self._change = change
-
-    def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
-        current = self._journal.change(self._change.id)
-        return [] if current is None or current.undone_at is not None else [current]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._journal, name)
-
-
 async def undo(
     registry: Registry, path: Path, checkpoint_id: int, startup_timeout: float, progress: Progress
 ) -> UndoReport:
@@ -107,22 +87,10 @@ async def undo(
         ) as pool:
             for name, reason in pool.failures.items():
                 print(f"compensator undo: server {name!r} did not start: {reason}", file=sys.stderr)
-            call = undo_caller(registry, pool)
-            total = UndoReport()
-            for change in journal.open_changes(checkpoint):
-                narrowed = cast(Journal, _OneChange(journal, change))
-                report = await Undoer(narrowed, registry, call).undo_to(checkpoint.id)
-                _merge(total, report, progress)
-            return total
+            undoer = Undoer(journal, registry, undo_caller(registry, pool))
+            return await undoer.undo_to(checkpoint.id, progress=progress)
     finally:
         journal.close()
-
-
-def _merge(total: UndoReport, report: UndoReport, progress: Progress) -> None:
-    for kind in _KINDS:
-        for entry in getattr(report, kind):
-            getattr(total, kind).append(entry)
-            progress(kind, entry)
 
 
 # -- output -------------------------------------------------------------------------------
