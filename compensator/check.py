@@ -25,7 +25,6 @@ import argparse
 import difflib
 import enum
 import json
-import logging
 import re
 import sys
 import textwrap
@@ -43,6 +42,7 @@ from .errors import CompensatorError
 from .proxy import registry_environment
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .templates import Expression, Template
+from .terminal import add_startup_timeout, log_to_stderr
 
 __all__ = [
     "Finding",
@@ -426,22 +426,12 @@ def render_json(findings: list[Finding], path: Path) -> str:
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.add_argument(
-        "--startup-timeout",
-        type=float,
-        default=STARTUP_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long each server gets to start and list its tools (default {STARTUP_TIMEOUT:g})",
-    )
+    add_startup_timeout(parser, STARTUP_TIMEOUT, "start and list its tools")
 
 
 def run_check(args: argparse.Namespace) -> int:
     """Exit 1 when the registry does not load or any finding is an error, else 0."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.WARNING,
-        format="compensator %(levelname)s %(name)s: %(message)s",
-    )
+    log_to_stderr()
     try:
         registry = load_registry(args.config, environ=registry_environment())
         live = anyio.run(observe, registry, args.startup_timeout)

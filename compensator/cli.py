@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from . import __version__
 from .check import add_check_arguments, run_check
@@ -42,60 +42,77 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = commands.add_parser(
-        "serve",
+    for command in _COMMANDS:
+        sub = commands.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description,
+            epilog=command.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Command:
+    name: str
+    help: str
+    description: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    epilog: str | None = None
+
+
+_COMMANDS = (
+    _Command(
+        name="serve",
         help="serve the proxy over stdio (what an MCP client launches)",
         description="Start the downstream servers of a registry and serve them over stdio, "
         "journaling every mutating call.",
-    )
-    add_serve_arguments(serve)
-    serve.set_defaults(run=run_serve)
-    check = commands.add_parser(
-        "check",
+        add_arguments=add_serve_arguments,
+        run=run_serve,
+    ),
+    _Command(
+        name="check",
         help="lint a registry against the tools its servers really offer",
         description="Load a registry, start its servers, list their tools, and report tools "
         "the registry names that no server offers, arguments that do not fit a tool's "
         "inputSchema, unregistered tools that may mutate, `read` tools annotated destructive, "
         "and names over 64 characters. Exits 1 when any finding is an error.",
-    )
-    add_check_arguments(check)
-    check.set_defaults(run=run_check)
-    _add_human_commands(commands)
-    return parser
-
-
-def _add_human_commands(commands: Any) -> None:
-    log = commands.add_parser(
-        "log",
+        add_arguments=add_check_arguments,
+        run=run_check,
+    ),
+    _Command(
+        name="log",
         help="list a journal's checkpoints and changes, newest first",
         description="List the checkpoints and the changes of a journal, newest first: time, "
         "checkpoint, change id, tool, classification, status and arguments. Shows open "
         "changes unless --all is given.",
+        add_arguments=add_log_arguments,
+        run=run_log,
         epilog=LOG_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_log_arguments(log)
-    log.set_defaults(run=run_log)
-    undo = commands.add_parser(
-        "undo",
+    ),
+    _Command(
+        name="undo",
         help="undo every change after a checkpoint (shows the plan, then asks)",
         description="Show what undoing to a checkpoint would do, ask, then start the "
         "registry's servers and compensate each change, newest first, reporting each one.",
+        add_arguments=add_undo_arguments,
+        run=run_undo,
         epilog=UNDO_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_undo_arguments(undo)
-    undo.set_defaults(run=run_undo)
-    explain = commands.add_parser(
-        "explain",
+    ),
+    _Command(
+        name="explain",
         help="explain what undo would and would not do after a tool",
         description="Print what the explain_blast_radius meta tool answers for a tool: its "
         "classification, snapshot and compensating calls, and what undo cannot restore.",
+        add_arguments=add_explain_arguments,
+        run=run_explain,
         epilog=EXPLAIN_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_explain_arguments(explain)
-    explain.set_defaults(run=run_explain)
+    ),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ from .errors import CompensatorError
 from .log_cli import compact
 from .proxy import explain_tool, registry_environment
 from .registry import Registry, load_registry
-from .terminal import Styler, terminal_width, wrap
+from .terminal import Styler, add_startup_timeout, log_to_stderr, terminal_width, wrap
 
 __all__ = ["add_explain_arguments", "explain", "render_explanation", "run_explain"]
 
@@ -111,21 +110,11 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("tool", metavar="TOOL", help="an exposed tool name, e.g. tasks__add_task")
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
     parser.add_argument("--json", action="store_true", help="print the raw explanation as JSON")
-    parser.add_argument(
-        "--startup-timeout",
-        type=float,
-        default=STARTUP_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long each server gets to start (default {STARTUP_TIMEOUT:g})",
-    )
+    add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.WARNING,
-        format="compensator %(levelname)s %(name)s: %(message)s",
-    )
+    log_to_stderr()
     try:
         registry = load_registry(args.config, environ=registry_environment())
         explained = anyio.run(explain, registry, args.tool, args.startup_timeout)

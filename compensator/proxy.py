@@ -22,6 +22,7 @@ from .journal import Journal, Status, default_journal_path
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .results import parse_result, result_text
 from .templates import Expression
+from .terminal import log_to_stderr
 from .undo import Caller, CallOutcome, Undoer
 
 __all__ = ["Proxy", "call_outcome", "classify", "explain_tool", "main", "serve", "undo_caller"]
@@ -369,11 +370,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=str(args.log_level).upper(),
-        format="compensator %(levelname)s %(name)s: %(message)s",
-    )
+    log_to_stderr(str(args.log_level).upper())
     db = args.db if args.db is not None else default_journal_path(args.config)
     try:
         anyio.run(serve, args.config, db, args.fsync)

@@ -1,7 +1,10 @@
-"""Terminal output: when to colour, tables that fit the width, and a y/N question."""
+"""Terminal output: when to colour, tables that fit the width, a y/N question, and the logging
+and options every subcommand shares."""
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import shutil
 import sys
@@ -193,3 +196,22 @@ def confirm(question: str, *, stdin: TextIO | None = None, stdout: TextIO | None
     if not answer:
         out.write("\n")
     return answer.strip().lower() in ("y", "yes")
+
+
+LOG_FORMAT = "compensator %(levelname)s %(name)s: %(message)s"
+
+
+def log_to_stderr(level: int | str = logging.WARNING) -> None:
+    """Every subcommand logs to stderr in one format; stdout is for its output (or the wire)."""
+    logging.basicConfig(stream=sys.stderr, level=level, format=LOG_FORMAT)
+
+
+def add_startup_timeout(parser: argparse.ArgumentParser, default: float, what: str) -> None:
+    """`--startup-timeout SECONDS` for the subcommands that start the registry's servers."""
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=default,
+        metavar="SECONDS",
+        help=f"how long each server gets to {what} (default {default:g})",
+    )

@@ -8,7 +8,6 @@ the `undo_to` meta tool runs, reporting each change as it settles.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,16 @@ from .journal import Checkpoint, Journal
 from .log_cli import checkpoint_title, compact, journal_path, no_such_checkpoint
 from .proxy import registry_environment, undo_caller
 from .registry import Registry, load_registry
-from .terminal import Cell, Column, Styler, confirm, render_table, terminal_width
+from .terminal import (
+    Cell,
+    Column,
+    Styler,
+    add_startup_timeout,
+    confirm,
+    log_to_stderr,
+    render_table,
+    terminal_width,
+)
 from .undo import CallOutcome, Progress, Undoer, UndoReport
 
 __all__ = ["Plan", "add_undo_arguments", "run_undo"]
@@ -176,21 +184,11 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     parser.add_argument("--yes", "-y", action="store_true", help="undo without asking")
-    parser.add_argument(
-        "--startup-timeout",
-        type=float,
-        default=STARTUP_TIMEOUT,
-        metavar="SECONDS",
-        help=f"how long each server gets to start (default {STARTUP_TIMEOUT:g})",
-    )
+    add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
 
 
 def run_undo(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.WARNING,
-        format="compensator %(levelname)s %(name)s: %(message)s",
-    )
+    log_to_stderr()
     style = Styler.for_stream(sys.stdout)
     try:
         registry = load_registry(args.config, environ=registry_environment())

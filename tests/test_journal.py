@@ -42,14 +42,15 @@ def test_new_journal_is_private_versioned_and_in_wal_mode(tmp_path: Path):
     db.close()
 
 
-def test_newer_schema_is_refused_with_advice(tmp_path: Path):
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
+def test_newer_schema_is_refused_with_advice(tmp_path: Path, read_only: bool):
     path = tmp_path / "j.db"
     Journal(path).close()
     db = raw(path)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     db.close()
     with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
-        Journal(path)
+        Journal(path, read_only=read_only)
 
 
 def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
@@ -149,16 +150,6 @@ def test_read_only_sees_a_live_writer_and_changes_nothing(tmp_path: Path, open_j
     finally:
         reader.close()
     assert writer.checkpoints() == []
-
-
-def test_read_only_refuses_a_newer_schema(tmp_path: Path):
-    path = tmp_path / "j.db"
-    Journal(path).close()
-    db = raw(path)
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
-    db.close()
-    with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
-        Journal(path, read_only=True)
 
 
 def test_fsync_chooses_full_synchronous_and_the_default_is_normal(tmp_path, open_journal):
