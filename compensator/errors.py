@@ -59,7 +59,16 @@ class JournalError(CompensatorError, RuntimeError):
 
 
 class DownstreamError(CompensatorError, RuntimeError):
-    """A downstream server failed to start, or a call to it failed in transport."""
+    """A downstream server failed to start, or a call to it failed in transport.
+
+    `maybe_applied` is True when the request may have reached the server (a timeout, the
+    server dying mid-call, a cancellation): the call's effect is then in doubt. False means it
+    was never sent, so nothing happened.
+    """
+
+    def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class MetaArgumentError(CompensatorError, ValueError):

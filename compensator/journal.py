@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ __all__ = [
     "Compensation",
     "Journal",
     "Status",
+    "StepStatus",
     "default_journal_path",
+    "pid_alive",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Status:
@@ -38,12 +41,22 @@ class Status:
     UNKNOWN = "unknown"  # the outcome was never recorded (crash, timeout, cancellation)
 
 
+class StepStatus:
+    """Outcomes of a compensating call."""
+
+    STARTED = "started"  # recorded before the call is sent; left behind by a crash
+    OK = "ok"
+    ERROR = "error"  # failed for sure, or never sent: nothing happened
+    UNKNOWN = "unknown"  # sent, but no answer (timeout, server died, cancelled)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
     id: int
     label: str | None
     created_at: str
     last_change_id: int
+    session: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "label": self.label, "created_at": self.created_at}
@@ -65,6 +78,10 @@ class Change:
     completed_at: str | None
     undone_at: str | None
     undo_note: str | None
+    session: str | None = None
+    post_state: Any = None
+    post_state_error: str | None = None
+    post_state_recorded: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The shape `list_changes` and `undo_to` report."""
@@ -93,6 +110,7 @@ class Compensation:
     status: str
     error: str | None
     created_at: str
+    pid: int | None = None
 
 
 _MIGRATIONS: tuple[str, ...] = (
@@ -135,11 +153,21 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX compensations_change ON compensations (change_id, step);
     """,
+    # 1 -> 2: sessions (several proxies on one journal), in-doubt compensations, drift checks
+    """
+    ALTER TABLE checkpoints ADD COLUMN session TEXT;
+    ALTER TABLE changes ADD COLUMN session TEXT;
+    ALTER TABLE changes ADD COLUMN post_state TEXT;
+    ALTER TABLE changes ADD COLUMN post_state_error TEXT;
+    ALTER TABLE compensations ADD COLUMN pid INTEGER;
+    CREATE INDEX changes_session ON changes (session, id);
+    """,
 )
 
 _CHANGE_COLUMNS = (
     "id, checkpoint_id, tool, classification, status, args, snapshot, snapshot_error, "
-    "result, error, created_at, completed_at, undone_at, undo_note"
+    "result, error, created_at, completed_at, undone_at, undo_note, session, post_state, "
+    "post_state_error"
 )
 
 
@@ -178,7 +206,7 @@ def _create_private(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -200,12 +228,22 @@ class Journal:
 
     `read_only=True` opens an existing journal for reading, e.g. while a proxy writes it: the
     file is never created, migrated or recovered, and SQLite refuses every write.
+
+    Several processes may share one journal file. Each `Journal` is one `session` (new on every
+    open): checkpoints and changes record it, so that undoing to a checkpoint never reaches the
+    changes another process made meanwhile (see `open_changes`).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, read_only: bool = False, fsync: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        fsync: bool = False,
+        session: str | None = None,
     ) -> None:
         self.path = Path(path)
+        self.session = session or uuid.uuid4().hex
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._lock = threading.Lock()
         if read_only:
@@ -313,11 +351,18 @@ class Journal:
             last = db.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
             created = _now()
             cursor = db.execute(
-                "INSERT INTO checkpoints (label, created_at, last_change_id) VALUES (?, ?, ?)",
-                (label, created, last),
+                "INSERT INTO checkpoints (label, created_at, last_change_id, session) "
+                "VALUES (?, ?, ?, ?)",
+                (label, created, last, self.session),
             )
         assert cursor.lastrowid is not None
-        return Checkpoint(id=cursor.lastrowid, label=label, created_at=created, last_change_id=last)
+        return Checkpoint(
+            id=cursor.lastrowid,
+            label=label,
+            created_at=created,
+            last_change_id=last,
+            session=self.session,
+        )
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
         row = self._query_one("SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,))
@@ -340,10 +385,13 @@ class Journal:
     ) -> int:
         """Write the intent of a call before it is forwarded; returns the change id."""
         with self._transaction() as db:
-            checkpoint = db.scalar("SELECT MAX(id) FROM checkpoints")
+            checkpoint = db.execute(
+                "SELECT MAX(id) FROM checkpoints WHERE session = ?", (self.session,)
+            ).fetchone()[0]
             cursor = db.execute(
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
-                "snapshot, snapshot_error, pid, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "snapshot, snapshot_error, pid, created_at, session) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     checkpoint,
                     tool,
@@ -354,6 +402,7 @@ class Journal:
                     snapshot_error,
                     os.getpid(),
                     _now(),
+                    self.session,
                 ),
             )
         assert cursor.lastrowid is not None
@@ -369,13 +418,21 @@ class Journal:
                 (status, _dump(result), error, _now(), change_id),
             )
 
+    def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
+        """The state read right after a verified call, which undo compares against (drift)."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE changes SET post_state = ?, post_state_error = ? WHERE id = ?",
+                (None if error else _dump(state), error, change_id),
+            )
+
     def recover_abandoned(self) -> int:
         """Mark calls left pending by a process that no longer runs as `unknown`."""
         with self._transaction() as db:
             rows = db.execute(
                 "SELECT id, pid FROM changes WHERE status = ?", (Status.PENDING,)
             ).fetchall()
-            dead = [row["id"] for row in rows if not _pid_alive(row["pid"])]
+            dead = [row["id"] for row in rows if not pid_alive(row["pid"])]
             for change_id in dead:
                 db.execute(
                     "UPDATE changes SET status = ?, error = ? WHERE id = ?",
@@ -392,12 +449,31 @@ class Journal:
         return None if row is None else _change(row)
 
     def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
-        """Changes not yet undone, newest first; only those after a checkpoint when given."""
-        floor = 0 if after_checkpoint is None else after_checkpoint.last_change_id
+        """Changes not yet undone, newest first.
+
+        With a checkpoint: only those made after it, by the session that took it or by this
+        one. A process sharing the journal never sees the other's changes there, and a proxy
+        restarted after a crash still reaches the changes of the process before it.
+        """
+        if after_checkpoint is None:
+            rows = self._query(
+                f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL ORDER BY id DESC",
+                (),
+            )
+        else:
+            rows = self._query(
+                f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL AND id > ? "
+                "AND (session IS ? OR session IS ?) ORDER BY id DESC",
+                (after_checkpoint.last_change_id, after_checkpoint.session, self.session),
+            )
+        return [_change(row) for row in rows]
+
+    def unknown_changes(self) -> list[Change]:
+        """Open changes whose outcome was never recorded, oldest first."""
         rows = self._query(
-            f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL AND id > ? "
-            "ORDER BY id DESC",
-            (floor,),
+            f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL AND status = ? "
+            "ORDER BY id",
+            (Status.UNKNOWN,),
         )
         return [_change(row) for row in rows]
 
@@ -408,18 +484,35 @@ class Journal:
     # -- compensations ----------------------------------------------------------------
 
     def completed_steps(self, change_id: int) -> set[int]:
-        rows = self._query(
-            "SELECT step FROM compensations WHERE change_id = ? AND status = 'ok'", (change_id,)
-        )
-        return {row["step"] for row in rows}
+        return {step for step, last in self.latest_steps(change_id).items() if last.status == "ok"}
 
-    def record_step_started(self, change_id: int, step: int, tool: str, args: Any) -> int:
-        """Record a compensating call before it is made, so a crash leaves a trace."""
+    def latest_steps(self, change_id: int) -> dict[int, Compensation]:
+        """The newest record of each compensating step of a change, by step index."""
+        latest: dict[int, Compensation] = {}
+        for record in self.compensations(change_id):
+            latest[record.step] = record
+        return latest
+
+    def record_step_started(
+        self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
+    ) -> int | None:
+        """Record a compensating call before it is made, so a crash leaves a trace.
+
+        `after` is the id of the step's newest record the caller saw (None: no record). The
+        claim and the check are one transaction: when another process recorded the step since,
+        nothing is written and None is returned, so two processes never both run it.
+        """
         with self._transaction() as db:
+            newest = db.execute(
+                "SELECT MAX(id) FROM compensations WHERE change_id = ? AND step = ?",
+                (change_id, step),
+            ).fetchone()[0]
+            if newest != after:
+                return None
             cursor = db.execute(
-                "INSERT INTO compensations (change_id, step, tool, args, status, created_at) "
-                "VALUES (?, ?, ?, ?, 'started', ?)",
-                (change_id, step, tool, _dump(args), _now()),
+                "INSERT INTO compensations (change_id, step, tool, args, status, created_at, pid) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (change_id, step, tool, _dump(args), StepStatus.STARTED, _now(), os.getpid()),
             )
         assert cursor.lastrowid is not None
         return cursor.lastrowid
@@ -432,13 +525,16 @@ class Journal:
         result: Any = None,
         error: str | None = None,
         undone: tuple[int, str] | None = None,
+        in_doubt: bool = False,
     ) -> None:
         """Record a compensating call's outcome; `undone=(change_id, note)` settles the change
-        in the same transaction, so a change is never marked undone without its proof."""
+        in the same transaction, so a change is never marked undone without its proof.
+        `in_doubt` marks a failure after which the call may still have applied."""
+        status = StepStatus.OK if ok else StepStatus.UNKNOWN if in_doubt else StepStatus.ERROR
         with self._transaction() as db:
             db.execute(
                 "UPDATE compensations SET status = ?, result = ?, error = ? WHERE id = ?",
-                ("ok" if ok else "error", _dump(result), error, compensation_id),
+                (status, _dump(result), error, compensation_id),
             )
             if undone is not None:
                 db.mark_undone(*undone)
@@ -450,7 +546,7 @@ class Journal:
 
     def compensations(self, change_id: int) -> list[Compensation]:
         rows = self._query(
-            "SELECT id, change_id, step, tool, args, status, error, created_at "
+            "SELECT id, change_id, step, tool, args, status, error, created_at, pid "
             "FROM compensations WHERE change_id = ? ORDER BY id",
             (change_id,),
         )
@@ -464,6 +560,7 @@ class Journal:
                 status=row["status"],
                 error=row["error"],
                 created_at=row["created_at"],
+                pid=row["pid"],
             )
             for row in rows
         ]
@@ -511,6 +608,7 @@ def _checkpoint(row: sqlite3.Row) -> Checkpoint:
         label=row["label"],
         created_at=row["created_at"],
         last_change_id=row["last_change_id"],
+        session=row["session"],
     )
 
 
@@ -530,4 +628,8 @@ def _change(row: sqlite3.Row) -> Change:
         completed_at=row["completed_at"],
         undone_at=row["undone_at"],
         undo_note=row["undo_note"],
+        session=row["session"],
+        post_state=_load(row["post_state"]),
+        post_state_error=row["post_state_error"],
+        post_state_recorded=row["post_state"] is not None or row["post_state_error"] is not None,
     )

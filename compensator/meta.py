@@ -62,13 +62,15 @@ META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         "description": (
             "Compensate every change made after the checkpoint, newest first. Returns "
             "{undone, skipped (with reasons), nothing_to_undo}. With dry_run it returns the "
-            "plan and changes nothing."
+            "plan and changes nothing. force=true compensates changes skipped for drift or "
+            "because an earlier undo was interrupted mid-call: only after a person checked."
         ),
         "inputSchema": {
             "type": "object",
             "properties": {
                 "checkpoint_id": _INT,
                 "dry_run": {"type": "boolean", "default": False},
+                "force": {"type": "boolean", "default": False},
             },
             "required": ["checkpoint_id"],
             "additionalProperties": False,
@@ -131,14 +133,18 @@ def parse_list_changes(args: Mapping[str, Any]) -> int | None:
     return None if value is None else _checkpoint_id("list_changes", value)
 
 
-def parse_undo_to(args: Mapping[str, Any]) -> tuple[int, bool]:
+def parse_undo_to(args: Mapping[str, Any]) -> tuple[int, bool, bool]:
+    """(checkpoint_id, dry_run, force)."""
     _check_keys("undo_to", args)
     if "checkpoint_id" not in args:
         raise MetaArgumentError("undo_to: checkpoint_id is required")
-    dry_run = args.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise MetaArgumentError(f"undo_to: dry_run must be true or false, got {dry_run!r}")
-    return _checkpoint_id("undo_to", args["checkpoint_id"]), dry_run
+    flags = []
+    for name in ("dry_run", "force"):
+        value = args.get(name, False)
+        if not isinstance(value, bool):
+            raise MetaArgumentError(f"undo_to: {name} must be true or false, got {value!r}")
+        flags.append(value)
+    return _checkpoint_id("undo_to", args["checkpoint_id"]), flags[0], flags[1]
 
 
 def parse_explain(args: Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ from . import __version__, _sdk, meta
 from .downstream import DownstreamPool, RoutedTool
 from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .journal import Journal, Status, default_journal_path
+from .redact import redact
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .results import parse_result, result_text
 from .templates import Expression
@@ -152,36 +153,61 @@ class Proxy:
             # Nothing was sent, so nothing happened and nothing is journaled.
             return error_result(f"server {routed.server!r} is not running: {down.error}")
         policy = self.registry.policy(routed.name)
+        hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
         change_id = self.journal.record_intent(
             tool=routed.name,
             classification=classification.value,
-            args=arguments,
+            args=redact(arguments, "args", hidden),
             snapshot=snapshot,
             snapshot_error=snapshot_error,
         )
         try:
             result = await self.pool.call(routed.name, arguments)
         except DownstreamError as exc:
-            self.journal.record_outcome(change_id, status=Status.UNKNOWN, error=str(exc))
-            return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
+            return self._failed_in_transport(change_id, exc)
         except BaseException:
-            self.journal.record_outcome(
-                change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
-            )
+            with anyio.CancelScope(shield=True):
+                self.journal.record_outcome(
+                    change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
+                )
             raise
         outcome = self.outcome(routed.name, arguments, result)
         status = Status.OK if outcome.ok else Status.ERROR
         self.journal.record_outcome(
-            change_id, status=status, result=outcome.value, error=outcome.error
+            change_id,
+            status=status,
+            result=redact(outcome.value, "result", hidden),
+            error=outcome.error,
         )
+        if outcome.ok and policy is not None and policy.verify:
+            await self._record_post_state(change_id, policy, arguments)
         return result
+
+    def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
+        """A call that got no answer: `unknown` when it may have reached the server."""
+        if exc.maybe_applied:
+            self.journal.record_outcome(change_id, status=Status.UNKNOWN, error=str(exc))
+            return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
+        self.journal.record_outcome(change_id, status=Status.ERROR, error=str(exc))
+        return error_result(f"{exc} (the call was not sent; nothing changed)")
+
+    async def _record_post_state(
+        self, change_id: int, policy: ToolPolicy, arguments: dict[str, Any]
+    ) -> None:
+        """Read the state again after a verified call, for undo's drift check."""
+        state, error = await self._read(policy, arguments)
+        self.journal.record_post_state(change_id, state, error)
 
     async def _snapshot(
         self, policy: ToolPolicy | None, arguments: dict[str, Any]
     ) -> tuple[Any, str | None]:
         if policy is None or policy.classification is not Classification.COMPENSABLE:
             return None, None
+        return await self._read(policy, arguments)
+
+    async def _read(self, policy: ToolPolicy, arguments: dict[str, Any]) -> tuple[Any, str | None]:
+        """Call the policy's snapshot tool: (value, None), or (None, why it failed)."""
         assert policy.snapshot_tool is not None
         context = {"args": arguments}
         try:
@@ -231,9 +257,9 @@ class Proxy:
         return {"changes": [change.to_json() for change in changes]}
 
     async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        checkpoint_id, dry_run = meta.parse_undo_to(args)
+        checkpoint_id, dry_run, force = meta.parse_undo_to(args)
         async with self._gate.exclusive():
-            report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run)
+            report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run, force=force)
         return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +316,7 @@ def undo_caller(registry: Registry, pool: DownstreamPool) -> Caller:
         try:
             result = await pool.call(name, arguments)
         except DownstreamError as exc:
-            return CallOutcome(ok=False, error=str(exc))
+            return CallOutcome(ok=False, error=str(exc), in_doubt=exc.maybe_applied)
         return call_outcome(registry, name, arguments, result)
 
     return call
@@ -334,7 +360,8 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
     """Load the registry, start the downstream servers, and serve one client over stdio."""
     registry = load_registry(config, environ=registry_environment())
     journal = Journal(db, fsync=fsync)
-    log.info("journal: %s", journal.path)
+    log.info("journal: %s, session: %s", journal.path, journal.session)
+    _report_unknown(journal)
     try:
         async with DownstreamPool(registry.servers.values()) as pool:
             for name, reason in pool.failures.items():
@@ -346,6 +373,19 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
             await _sdk.serve_stdio(server)
     finally:
         journal.close()
+
+
+def _report_unknown(journal: Journal) -> None:
+    """Say at start-up which calls, of this or an earlier process, have no recorded outcome."""
+    unknown = journal.unknown_changes()
+    if unknown:
+        ids = ", ".join(str(change.id) for change in unknown[:50])
+        log.warning(
+            "%d journaled call(s) have an unknown outcome (the proxy stopped, or no answer "
+            "came); undo skips them, check their effect by hand: change ids %s",
+            len(unknown),
+            ids,
+        )
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "Classification",
     "Defaults",
     "InverseStep",
+    "RedactPath",
     "Registry",
     "ResetCall",
     "ServerSpec",
@@ -56,6 +57,10 @@ class ServerSpec:
     env: Mapping[str, str]
     cwd: Path
     line: int
+    call_timeout: float | None = None
+    """Seconds a call may take before it is abandoned (its effect then unknown); None: no limit."""
+    startup_timeout: float | None = None
+    """Seconds to spawn, initialize and list tools; None: the pool's (or CLI's) default."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +115,29 @@ class ToolPolicy:
     mutating_when: Expression | None
     test: TestSpec | None
     line: int
+    verify: bool = False
+    idempotent: bool = False
+    redact: tuple[RedactPath, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedactPath:
+    """A path into a call's args or result whose value is never stored, e.g. `args.password`.
+
+    `parts` are field names, `"*"` for every item of a list, or ints for one item."""
+
+    source: str
+    root: str
+    parts: tuple[str | int, ...]
+
+    def fields(self) -> tuple[str, ...]:
+        """The leading field names, up to the first list step: what a template could read."""
+        leading: list[str] = [self.root]
+        for part in self.parts:
+            if not isinstance(part, str) or part == "*":
+                break
+            leading.append(part)
+        return tuple(leading)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +145,7 @@ class Defaults:
     """Registry-wide settings."""
 
     trust_read_only_hint: bool = False
+    verify: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,8 +196,8 @@ def _unreadable(file: Path, problem: str, fix: str) -> RegistryError:
 
 _TOP_KEYS = ("servers", "defaults", "state", "reset", "tools")
 _RESET_KEYS = ("tool", "args")
-_SERVER_KEYS = ("command", "args", "env", "cwd")
-_DEFAULTS_KEYS = ("trust_read_only_hint",)
+_SERVER_KEYS = ("command", "args", "env", "cwd", "call_timeout", "startup_timeout")
+_DEFAULTS_KEYS = ("trust_read_only_hint", "verify")
 _STATE_KEYS = ("tool", "args", "select", "unordered")
 _POLICY_KEYS = (
     "classification",
@@ -180,6 +209,9 @@ _POLICY_KEYS = (
     "error_when",
     "mutating_when",
     "test",
+    "verify",
+    "idempotent",
+    "redact",
 )
 _STEP_KEYS = ("tool", "args", "when")
 _TEST_KEYS = ("schema", "examples")
@@ -198,7 +230,7 @@ _EXPECTED = {
     bool: ("true or false", "Write true or false"),
 }
 _REQUIRED_HINTS = {
-    "servers": "a mapping from server name to {command, args, env, cwd}",
+    "servers": "a mapping from server name to {command, args, env, cwd, ...}",
     "command": "the executable that starts the server",
     "classification": "one of read, reversible, compensable, irreversible",
     "tool": "a downstream tool name like server__tool",
@@ -303,19 +335,21 @@ class _Parser:
     def registry(self, data: Any) -> Registry:
         top = self.mapping({} if data is None else data, "", _TOP_KEYS, ("servers",))
         servers = self.servers(top["servers"])
+        defaults = self.defaults(top.get("defaults"))
         return Registry(
             path=self.path,
             servers=MappingProxyType(servers),
             state=self.state(top.get("state")),
-            tools=MappingProxyType(self.tools(top.get("tools"))),
-            defaults=self.defaults(top.get("defaults")),
+            tools=MappingProxyType(self.tools(top.get("tools"), defaults)),
+            defaults=defaults,
             reset=self.resets(top.get("reset")),
         )
 
     def defaults(self, raw: Any) -> Defaults:
         raw = self.mapping({} if raw is None else raw, "defaults", _DEFAULTS_KEYS)
         trust = self.expect(raw.get("trust_read_only_hint", False), bool, _TRUST_KEY)
-        return Defaults(trust_read_only_hint=trust)
+        verify = self.expect(raw.get("verify", False), bool, "defaults.verify")
+        return Defaults(trust_read_only_hint=trust, verify=verify)
 
     def servers(self, raw: Any) -> dict[str, ServerSpec]:
         self.expect(raw, dict, "servers")
@@ -341,7 +375,17 @@ class _Parser:
             ),
             cwd=self.cwd(raw.get("cwd"), f"{key}.cwd"),
             line=line_of(self.lines, key),
+            call_timeout=self.optional(raw, "call_timeout", key, self.seconds),
+            startup_timeout=self.optional(raw, "startup_timeout", key, self.seconds),
         )
+
+    def seconds(self, raw: Any, key: str) -> float:
+        fix = "Write a number of seconds greater than 0, e.g. 30 or 2.5."
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise self.error(key, f"expected a number of seconds, got {_describe(raw)}", fix)
+        if not raw > 0:  # also refuses .nan
+            raise self.error(key, f"expected a number of seconds greater than 0, got {raw}", fix)
+        return float(raw)
 
     def server_name(self, name: str, key: str) -> None:
         if not _SERVER_NAME.fullmatch(name):
@@ -424,13 +468,15 @@ class _Parser:
     def known_servers(self) -> str:
         return f"Known servers: {', '.join(self.server_names)}."
 
-    def tools(self, raw: Any) -> dict[str, ToolPolicy]:
+    def tools(self, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]:
         raw = self.expect({} if raw is None else raw, dict, "tools")
-        return {name: self.policy(name, value, f"tools.{name}") for name, value in raw.items()}
+        return {
+            name: self.policy(name, value, f"tools.{name}", defaults) for name, value in raw.items()
+        }
 
     # -- tool policies --------------------------------------------------------------------
 
-    def policy(self, name: str, raw: Any, key: str) -> ToolPolicy:
+    def policy(self, name: str, raw: Any, key: str, defaults: Defaults) -> ToolPolicy:
         self.target(name, key)
         raw = self.mapping(raw, key, _POLICY_KEYS, ("classification",))
         kind = self.classification(raw["classification"], f"{key}.classification")
@@ -445,9 +491,58 @@ class _Parser:
             mutating_when=self.optional(raw, "mutating_when", key, self.condition),
             test=self.optional(raw, "test", key, self.test_spec),
             line=line_of(self.lines, key),
+            verify=self.verify(raw, key, defaults),
+            idempotent=self.expect(raw.get("idempotent", False), bool, f"{key}.idempotent"),
+            redact=self.redactions(raw.get("redact", []), f"{key}.redact"),
         )
         self.check_contexts(policy)
+        self.check_redactions(policy, f"{key}.redact")
         return policy
+
+    def verify(self, raw: dict[str, Any], key: str, defaults: Defaults) -> bool:
+        """`verify:` of the tool; the registry default applies to tools that take a snapshot."""
+        if "verify" not in raw:
+            return defaults.verify and "snapshot_tool" in raw
+        verify = bool(self.expect(raw["verify"], bool, f"{key}.verify"))
+        if verify and "snapshot_tool" not in raw:
+            problem = "verify reads the state again with snapshot_tool, and this tool has none"
+            fix = "Add snapshot_tool (and snapshot_args), classify it compensable, or drop verify."
+            raise self.error(f"{key}.verify", problem, fix)
+        return verify
+
+    def redactions(self, raw: Any, key: str) -> tuple[RedactPath, ...]:
+        items = self.expect(raw, list, key)
+        return tuple(self.redact_path(item, f"{key}[{i}]") for i, item in enumerate(items))
+
+    def redact_path(self, value: Any, key: str) -> RedactPath:
+        text = self.expect(value, str, key)
+        parts = _parse_redact_path(text)
+        if parts is None or parts[0] not in ("args", "result") or len(parts) < 2:
+            problem = f"'{text}' is not a path into args or result"
+            fix = "Write a dotted path such as args.password, result.token or result.items[*].key."
+            raise self.error(key, problem, fix)
+        root = parts[0]
+        assert isinstance(root, str)
+        return RedactPath(source=text, root=root, parts=parts[1:])
+
+    def check_redactions(self, policy: ToolPolicy, key: str) -> None:
+        """An inverse that needs a value the journal never stores could never be built."""
+        hidden = [path.fields() for path in policy.redact]
+        needed = _step_expressions(policy.inverse)
+        if policy.verify and policy.snapshot_args is not None:
+            needed.extend(policy.snapshot_args.expressions())  # the drift check reads it again
+        for expr in needed:
+            for read in expr.root_paths():
+                read = read[1:] if read[:2] == ("change", "args") else read
+                for fields in hidden:
+                    common = min(len(read), len(fields))
+                    if read[:common] == fields[:common]:
+                        problem = (
+                            f"`{expr.source}` reads `{'.'.join(read)}`, which redact keeps out "
+                            "of the journal, so undo could never build this call"
+                        )
+                        fix = "Remove the path from redact, or build the inverse without it."
+                        raise self.error(key, problem, fix)
 
     def classification(self, value: Any, key: str) -> Classification:
         text = self.expect(value, str, key)
@@ -542,6 +637,23 @@ class _Parser:
         if policy.classification is Classification.REVERSIBLE:
             why = "a reversible tool takes no snapshot (classify it compensable to take one)"
             self.restrict(_step_expressions(policy.inverse), _ALL_NAMES - _SNAPSHOT_NAMES, why)
+
+
+_REDACT_STEP = re.compile(r"\.?([A-Za-z_][A-Za-z0-9_]*)|\[(\*|\d+)\]")
+
+
+def _parse_redact_path(text: str) -> tuple[str | int, ...] | None:
+    """`result.items[*].token` -> ("result", "items", "*", "token"); None when malformed."""
+    parts: list[str | int] = []
+    position = 0
+    while position < len(text):
+        match = _REDACT_STEP.match(text, position)
+        if match is None or (position == 0) != (text[position] not in ".["):
+            return None
+        name, index = match.groups()
+        parts.append(name if name is not None else ("*" if index == "*" else int(index)))
+        position = match.end()
+    return tuple(parts) if parts and isinstance(parts[0], str) else None
 
 
 def _step_expressions(steps: Iterable[InverseStep]) -> list[Expression]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from .errors import CompensatorError, MetaArgumentError
-from .journal import Change, Journal, Status
+from .journal import Change, Compensation, Journal, Status, StepStatus, pid_alive
 from .registry import Classification, InverseStep, Registry, ToolPolicy
 
 __all__ = ["CallOutcome", "Caller", "Progress", "UndoReport", "Undoer", "template_context"]
@@ -18,17 +21,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class CallOutcome:
-    """A downstream call reduced to what undo needs: did it work, and its parsed result."""
+    """A downstream call reduced to what undo needs: did it work, and its parsed result.
+
+    `in_doubt` marks a failure after which the call may still have applied (no answer came)."""
 
     ok: bool
     value: Any = None
     error: str | None = None
+    in_doubt: bool = False
 
 
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
+"""Calls a downstream tool by its exposed name; never raises for a failed call."""
 Progress = Callable[[str, dict[str, Any]], None]
 """Told each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
-"""Calls a downstream tool by its exposed name; never raises for a failed call."""
 
 
 @dataclass(kw_only=True)
@@ -48,6 +54,13 @@ class UndoReport:
 class _Skip(CompensatorError):
     """A change that cannot be compensated now; the message is the reason reported."""
 
+    def __init__(self, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.details = details
+
+
+_FORCE_HINT = "check it by hand, then undo_to with force=true compensates anyway"
+
 
 def template_context(change: Change) -> dict[str, Any]:
     return {
@@ -60,7 +73,13 @@ def template_context(change: Change) -> dict[str, Any]:
 
 
 class Undoer:
-    """Runs compensations; one that fails is reported and the rest still run."""
+    """Runs compensations; one that fails is reported and the rest still run.
+
+    A compensating step whose outcome was never recorded (the process died, or the call got no
+    answer) is *in doubt*: it may have applied. It runs again only when that is known to be
+    harmless or known not to have happened: its tool is `idempotent: true`, or the changed
+    tool's `verify` state shows nothing moved since the call, or the caller passes `force`.
+    """
 
     def __init__(self, journal: Journal, registry: Registry, call: Caller) -> None:
         self._journal = journal
@@ -68,16 +87,22 @@ class Undoer:
         self._call = call
 
     async def undo_to(
-        self, checkpoint_id: int, *, dry_run: bool = False, progress: Progress | None = None
+        self,
+        checkpoint_id: int,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
     ) -> UndoReport:
         """Compensate every open change after the checkpoint, newest first. `progress` is told
-        each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
+        each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry.
+        `force` compensates despite drift and re-runs in-doubt steps."""
         checkpoint = self._journal.checkpoint(checkpoint_id)
         if checkpoint is None:
             raise MetaArgumentError(self.unknown_checkpoint(checkpoint_id))
         report = UndoReport()
         for change in self._journal.open_changes(checkpoint):
-            kind, entry = await self._undo_one(change, dry_run=dry_run)
+            kind, entry = await self._undo_one(change, dry_run=dry_run, force=force)
             getattr(report, kind).append(entry)
             if progress is not None:
                 progress(kind, entry)
@@ -91,7 +116,9 @@ class Undoer:
         shown = ", ".join(str(i) for i in known[:20])
         return f"no checkpoint {checkpoint_id!r}; valid checkpoint ids: {shown}"
 
-    async def _undo_one(self, change: Change, *, dry_run: bool) -> tuple[str, dict[str, Any]]:
+    async def _undo_one(
+        self, change: Change, *, dry_run: bool, force: bool
+    ) -> tuple[str, dict[str, Any]]:
         entry = change.to_json()
         if change.status == Status.ERROR:
             if not dry_run:
@@ -99,9 +126,11 @@ class Undoer:
             return "nothing_to_undo", {**entry, "reason": "the call failed"}
         try:
             policy = self._policy_for(change)
-            calls = await self._compensate(change, policy, dry_run=dry_run)
+            latest = self._journal.latest_steps(change.id)
+            await self._may_run(change, policy, latest, force=force)
+            calls = await self._compensate(change, policy, latest, dry_run=dry_run)
         except _Skip as skip:
-            return "skipped", {**entry, "reason": str(skip)}
+            return "skipped", {**entry, "reason": str(skip), **skip.details}
         return "undone", {**entry, "calls": calls}
 
     def _policy_for(self, change: Change) -> ToolPolicy:
@@ -124,23 +153,107 @@ class Undoer:
             raise _Skip(f"the registry's policy for {change.tool} has no inverse")
         return policy
 
+    # -- may the compensation run? ----------------------------------------------------------
+
+    async def _may_run(
+        self, change: Change, policy: ToolPolicy, latest: dict[int, Compensation], *, force: bool
+    ) -> None:
+        """Raise _Skip unless compensating now is safe: no step is being run elsewhere, no step
+        is in doubt (or repeating it is harmless), and the state has not drifted."""
+        busy = [r for r in latest.values() if r.status == StepStatus.STARTED and _elsewhere(r)]
+        if busy:
+            raise _Skip(
+                f"being compensated by process {busy[0].pid}; undo again once it has finished"
+            )
+        doubtful = [r for r in latest.values() if _in_doubt(r)]
+        started = any(r.status == StepStatus.OK for r in latest.values())
+        if doubtful:
+            await self._resolve_doubt(change, policy, doubtful[0], started=started, force=force)
+        elif policy.verify and not started and not force:
+            await self._check_drift(change, policy)
+
+    async def _resolve_doubt(
+        self,
+        change: Change,
+        policy: ToolPolicy,
+        record: Compensation,
+        *,
+        started: bool,
+        force: bool,
+    ) -> None:
+        if force or self._idempotent(record.tool):
+            return
+        if policy.verify and not started and change.post_state_recorded:
+            now = await self._read_state(change, policy)
+            if now == change.post_state and change.post_state_error is None:
+                return  # nothing moved since the call: the compensation did not apply
+        why = record.error or "the process running it stopped before its outcome was recorded"
+        raise _Skip(
+            f"in doubt: compensating call {record.tool} (step {record.step + 1}) may or may not "
+            f"have applied ({why}); {_FORCE_HINT} (or mark {record.tool} `idempotent: true` in "
+            "the registry if repeating it is harmless)"
+        )
+
+    def _idempotent(self, tool: str) -> bool:
+        policy = self._registry.policy(tool)
+        return policy is not None and policy.idempotent
+
+    async def _check_drift(self, change: Change, policy: ToolPolicy) -> None:
+        if not change.post_state_recorded:
+            raise _Skip(
+                "cannot check for drift: the state after the call was not recorded; " + _FORCE_HINT
+            )
+        if change.post_state_error is not None:
+            raise _Skip(
+                "cannot check for drift: reading the state after the call failed "
+                f"({change.post_state_error}); {_FORCE_HINT}"
+            )
+        now = await self._read_state(change, policy)
+        if now != change.post_state:
+            raise _Skip(
+                f"drift: the state read with {policy.snapshot_tool} changed since the call, and "
+                f"undo would overwrite that change; {_FORCE_HINT}",
+                drift={"after_call": change.post_state, "now": now},
+            )
+
+    async def _read_state(self, change: Change, policy: ToolPolicy) -> Any:
+        assert policy.snapshot_tool is not None
+        try:
+            args = (
+                policy.snapshot_args.render({"args": change.args}) if policy.snapshot_args else {}
+            )
+        except CompensatorError as exc:
+            raise _Skip(f"cannot check for drift: {exc}; {_FORCE_HINT}") from exc
+        outcome = await self._call(policy.snapshot_tool, args)
+        if not outcome.ok:
+            raise _Skip(f"cannot check for drift: {outcome.error}; {_FORCE_HINT}")
+        return outcome.value
+
+    # -- running it ---------------------------------------------------------------------------
+
     async def _compensate(
-        self, change: Change, policy: ToolPolicy, *, dry_run: bool
+        self,
+        change: Change,
+        policy: ToolPolicy,
+        latest: dict[int, Compensation],
+        *,
+        dry_run: bool,
     ) -> list[dict[str, Any]]:
         context = template_context(change)
-        done = set() if dry_run else self._journal.completed_steps(change.id)
         calls: list[dict[str, Any]] = []
         last = len(policy.inverse) - 1
         settled = False
         for index, step in enumerate(policy.inverse):
-            if index in done:
+            record = latest.get(index)
+            if record is not None and record.status == StepStatus.OK:
                 continue
             args = _render_step(step, context, index)
             if args is None:
                 continue
             calls.append({"tool": step.tool, "args": args})
             if not dry_run:
-                await self._run_step(change, index, step.tool, args, settles=index == last)
+                after = None if record is None else record.id
+                await self._run_step(change, index, step.tool, args, after, settles=index == last)
                 settled = index == last
         if not dry_run and not settled:
             # The last step did not run now (skipped by `when`, or done before a crash):
@@ -149,17 +262,55 @@ class Undoer:
         return calls
 
     async def _run_step(
-        self, change: Change, index: int, tool: str, args: dict[str, Any], *, settles: bool
+        self,
+        change: Change,
+        index: int,
+        tool: str,
+        args: dict[str, Any],
+        after: int | None,
+        *,
+        settles: bool,
     ) -> None:
-        record = self._journal.record_step_started(change.id, index, tool, args)
-        outcome = await self._call(tool, args)
+        record = self._journal.record_step_started(change.id, index, tool, args, after=after)
+        if record is None:
+            raise _Skip("being compensated by another process; undo again to see its outcome")
+        try:
+            outcome = await self._call(tool, args)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                self._journal.record_step_outcome(
+                    record, ok=False, error="cancelled before the answer came", in_doubt=True
+                )
+            raise
         undone = (change.id, "compensated") if settles and outcome.ok else None
         self._journal.record_step_outcome(
-            record, ok=outcome.ok, result=outcome.value, error=outcome.error, undone=undone
+            record,
+            ok=outcome.ok,
+            result=outcome.value,
+            error=outcome.error,
+            undone=undone,
+            in_doubt=outcome.in_doubt,
         )
-        if not outcome.ok:
-            log.warning("compensation of change %d failed: %s", change.id, outcome.error)
-            raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+        if outcome.ok:
+            return
+        log.warning("compensation of change %d failed: %s", change.id, outcome.error)
+        if outcome.in_doubt:
+            raise _Skip(
+                f"in doubt: compensating call {tool} (step {index + 1}) got no answer "
+                f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
+            )
+        raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+
+
+def _elsewhere(record: Compensation) -> bool:
+    """A step another live process has started and not finished."""
+    return record.pid is not None and record.pid != os.getpid() and pid_alive(record.pid)
+
+
+def _in_doubt(record: Compensation) -> bool:
+    if record.status == StepStatus.UNKNOWN:
+        return True
+    return record.status == StepStatus.STARTED and not _elsewhere(record)
 
 
 def _render_step(step: InverseStep, context: dict[str, Any], index: int) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ class Plan:
 
 
 async def _no_calls(name: str, arguments: dict[str, Any]) -> CallOutcome:
-    return CallOutcome(ok=False, error="a dry run calls no tool")
+    return CallOutcome(ok=False, error="the plan reads no state; drift is checked when undoing")
 
 
 def _checkpoint(journal: Journal, checkpoint_id: int) -> Checkpoint:
@@ -73,18 +73,26 @@ def _checkpoint(journal: Journal, checkpoint_id: int) -> Checkpoint:
     return checkpoint
 
 
-async def make_plan(registry: Registry, path: Path, checkpoint_id: int) -> Plan:
+async def make_plan(
+    registry: Registry, path: Path, checkpoint_id: int, force: bool = False
+) -> Plan:
     journal = Journal(path, read_only=True)
     try:
         checkpoint = _checkpoint(journal, checkpoint_id)
-        report = await Undoer(journal, registry, _no_calls).undo_to(checkpoint.id, dry_run=True)
+        undoer = Undoer(journal, registry, _no_calls)
+        report = await undoer.undo_to(checkpoint.id, dry_run=True, force=force)
     finally:
         journal.close()
     return Plan(journal=path, checkpoint=checkpoint, report=report)
 
 
 async def undo(
-    registry: Registry, path: Path, checkpoint_id: int, startup_timeout: float, progress: Progress
+    registry: Registry,
+    path: Path,
+    checkpoint_id: int,
+    startup_timeout: float,
+    progress: Progress,
+    force: bool = False,
 ) -> UndoReport:
     """Start the servers and undo every open change after the checkpoint, newest first."""
     journal = Journal(path)
@@ -96,7 +104,7 @@ async def undo(
             for name, reason in pool.failures.items():
                 print(f"compensator undo: server {name!r} did not start: {reason}", file=sys.stderr)
             undoer = Undoer(journal, registry, undo_caller(registry, pool))
-            return await undoer.undo_to(checkpoint.id, progress=progress)
+            return await undoer.undo_to(checkpoint.id, progress=progress, force=force)
     finally:
         journal.close()
 
@@ -184,6 +192,12 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     parser.add_argument("--yes", "-y", action="store_true", help="undo without asking")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also compensate changes skipped for drift, and re-run compensating calls left in "
+        "doubt by an interrupted undo: only after you checked them by hand",
+    )
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
 
 
@@ -193,7 +207,7 @@ def run_undo(args: argparse.Namespace) -> int:
     try:
         registry = load_registry(args.config, environ=registry_environment())
         path = journal_path(args.db, args.config)
-        plan = anyio.run(make_plan, registry, path, args.to)
+        plan = anyio.run(make_plan, registry, path, args.to, args.force)
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1
@@ -232,7 +246,7 @@ def _run(args: argparse.Namespace, registry: Registry, path: Path, style: Styler
         print(progress_line(kind, entry, style), flush=True)
 
     try:
-        report = anyio.run(undo, registry, path, args.to, args.startup_timeout, show)
+        report = anyio.run(undo, registry, path, args.to, args.startup_timeout, show, args.force)
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1
