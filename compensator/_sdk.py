@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import mcp.types as types
 from mcp import ClientSession
 from mcp.server.lowlevel import NotificationOptions, Server
@@ -28,6 +30,9 @@ __all__ = [
     "serve_stdio",
     "tool_to_wire",
 ]
+
+CANCEL_NOTICE_TIMEOUT = 1.0
+"""Seconds to spend telling a server that a call was cancelled before giving up on it."""
 
 SDK_VERSION = importlib.metadata.version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".", 1)[0])
@@ -61,16 +66,43 @@ async def call_tool_raw(
     arguments: dict[str, Any] | None,
     timeout: float | None = None,
 ) -> types.CallToolResult:
-    """Call a tool without the client's outputSchema re-validation, so any reply passes as-is."""
+    """Call a tool without the client's outputSchema re-validation, so any reply passes as-is.
+
+    Cancelling the awaiting task sends `notifications/cancelled` for the request on both
+    lines: 2.x does it itself, 1.x is told here."""
     request = types.CallToolRequest(
         params=types.CallToolRequestParams(name=name, arguments=arguments),
     )
-    result: types.CallToolResult = await session.send_request(
-        _request(request),
-        types.CallToolResult,
-        request_read_timeout_seconds=_timeout(timeout),
-    )
+    if SDK_MAJOR >= 2:
+        result: types.CallToolResult = await session.send_request(
+            request, types.CallToolResult, request_read_timeout_seconds=timeout
+        )
+        return result
+    return await _send_cancellable_v1(session, request, timeout)  # pragma: no cover
+
+
+async def _send_cancellable_v1(  # pragma: no cover - 1.x only
+    session: ClientSession, request: types.CallToolRequest, timeout: float | None
+) -> types.CallToolResult:
+    # 1.x numbers requests from `_request_id` and takes the number before its first await.
+    request_id = session._request_id
+    try:
+        result: types.CallToolResult = await session.send_request(
+            _request(request), types.CallToolResult, request_read_timeout_seconds=_timeout(timeout)
+        )
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_NOTICE_TIMEOUT):
+            await _notify_cancelled_v1(session, request_id)
+        raise
     return result
+
+
+async def _notify_cancelled_v1(session: ClientSession, request_id: int) -> None:  # pragma: no cover
+    params = types.CancelledNotificationParams(requestId=request_id, reason="cancelled by client")
+    notice = types.ClientNotification(types.CancelledNotification(params=params))
+    # A closed stream means the server is gone, so it is not working on the request either.
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+        await session.send_notification(notice)
 
 
 async def list_tools_page(session: ClientSession, cursor: str | None) -> types.ListToolsResult:
