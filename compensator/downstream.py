@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT = 30.0
 """Seconds a server gets to spawn, initialize and list its tools before it is left out."""
 
+RESTART_BACKOFF = 0.5
+"""Seconds before retrying a server whose restart failed; doubled after each failed retry."""
+
+RESTART_BACKOFF_MAX = 30.0
+"""The longest wait between restart attempts."""
+
 MAX_TOOL_PAGES = 1000
 """A bound on `tools/list` pagination, against a server whose cursor never ends."""
 
@@ -66,60 +72,180 @@ class RoutedTool:
 
 @dataclass(kw_only=True)
 class Downstream:
-    """One server process and the client session that talks to it."""
+    """One server process and the client session that talks to it.
+
+    Each process life runs in one task (`run`), because the SDK's contexts must exit in the
+    task that entered them. The task ends when the pool closes or the server's output ends
+    (it exited); `ensure_running` then starts a new life, with backoff after failed starts.
+    """
 
     spec: ServerSpec
+    startup_timeout: float = STARTUP_TIMEOUT
     session: ClientSession | None = None
     tools: list[types.Tool] = field(default_factory=list)
     error: str | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
+    started_once: bool = False
+    _exited: anyio.Event = field(default_factory=anyio.Event)
+    _ended: anyio.Event = field(default_factory=anyio.Event)
+    _lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _backoff: float = 0.0
+    _retry_at: float | None = None
 
     @property
     def name(self) -> str:
         return self.spec.name
 
-    async def run(self, closing: anyio.Event, startup_timeout: float) -> None:
-        """Own the server's whole life in one task: the SDK's contexts must exit where entered."""
+    async def run(self, closing: anyio.Event) -> None:
+        """One process life: start, serve until the pool closes or the server exits, stop."""
+        self._exited, self._ended = anyio.Event(), anyio.Event()
+        self.error = None
         try:
-            await self._serve(closing, startup_timeout)
+            await self._serve(closing, self._exited)
         except Exception as exc:
             self.error = self.error or _describe(exc)
             log.error("server %r is unavailable: %s", self.name, self.error)
         finally:
             self.session = None
             self.ready.set()
+            self._ended.set()
 
-    async def _serve(self, closing: anyio.Event, startup_timeout: float) -> None:
+    async def _serve(self, closing: anyio.Event, exited: anyio.Event) -> None:
         params = StdioServerParameters(
             command=self.spec.command,
             args=list(self.spec.args),
             env=child_environment(self.spec.env),
             cwd=str(self.spec.cwd),
         )
+        relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
         async with (
             stdio_client(params, errlog=sys.stderr) as (read, write),
-            ClientSession(read, write) as session,
+            anyio.create_task_group() as relays,
         ):
-            with anyio.fail_after(startup_timeout):
+            relays.start_soon(self._relay, read, relay_in, exited)
+            async with ClientSession(relay_out, write) as session:
+                await self._start(session, exited)
+                await _first(closing, exited)
+            relays.cancel_scope.cancel()
+
+    async def _start(self, session: ClientSession, exited: anyio.Event) -> None:
+        try:
+            with anyio.fail_after(self.startup_timeout):
                 await session.initialize()
                 self.tools = await _list_all_tools(session)
-            self.session = session
-            log.info("server %r ready with %d tools", self.name, len(self.tools))
-            self.ready.set()
-            await closing.wait()
+        except Exception as exc:
+            if exited.is_set():
+                self.error = "exited during start-up; its stderr is in the proxy's log"
+            elif isinstance(exc, TimeoutError):
+                self.error = f"did not finish starting within {_seconds(self.startup_timeout)}"
+            else:
+                self.error = _describe(exc)
+            self.ready.set()  # report now: stopping a stuck process takes seconds more
+            raise
+        self.error = None
+        self.started_once = True
+        self.session = session
+        log.info("server %r ready with %d tools", self.name, len(self.tools))
+        self.ready.set()
+
+    async def _relay(self, source: Any, sink: Any, exited: anyio.Event) -> None:
+        """Pass the server's messages on, and notice when its output ends: it exited."""
+        try:
+            async with sink:
+                async for message in source:
+                    await sink.send(message)
+                # Before the sink closes: a call woken by the close must see why.
+                self.session = None
+                self.error = "exited"
+                exited.set()
+                log.error("server %r exited; it will be restarted on the next call", self.name)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session is being closed
+
+    async def ensure_running(self, group: Any, closing: anyio.Event) -> str | None:
+        """Restart the server if it exited; None when it runs, else why it cannot be called."""
+        if self.session is not None:
+            return None
+        if not self.started_once:
+            return f"server {self.name!r} failed to start and is left out: {self.error}"
+        async with self._lock:
+            if self.session is not None:
+                return None
+            now = anyio.current_time()
+            if self._retry_at is not None and now < self._retry_at:
+                wait = _seconds(self._retry_at - now)
+                return (
+                    f"server {self.name!r} is down: {self.error}. The next restart attempt "
+                    f"will be made on a call in {wait} or later"
+                )
+            await self._ended.wait()  # the previous life has stopped its process
+            self.ready = anyio.Event()
+            group.start_soon(self.run, closing)
+            await self.ready.wait()
+            return self._restarted()
+
+    def _restarted(self) -> str | None:
+        if self.session is None:
+            self._backoff = min(max(2 * self._backoff, RESTART_BACKOFF), RESTART_BACKOFF_MAX)
+            self._retry_at = anyio.current_time() + self._backoff
+            return (
+                f"server {self.name!r} is down and could not be restarted: {self.error}. "
+                f"The next attempt will be made on a call in {_seconds(self._backoff)} or later"
+            )
+        self._backoff, self._retry_at = 0.0, None
+        log.info("server %r restarted", self.name)
+        return None
 
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout: float | None = None
     ) -> types.CallToolResult:
         """Forward one call; transport failures raise DownstreamError, isError results return."""
-        if self.session is None:
+        session, exited = self.session, self._exited
+        if session is None:
             raise DownstreamError(f"server {self.name!r} is not running: {self.error or 'stopped'}")
+        if all(offered.name != tool for offered in self.tools):
+            raise DownstreamError(
+                f"server {self.name!r} no longer offers tool {tool!r}: it was restarted and now "
+                "offers " + (", ".join(t.name for t in self.tools) or "no tools")
+            )
+        limit = timeout if timeout is not None else self.spec.call_timeout
         try:
-            return await _sdk.call_tool_raw(self.session, tool, arguments, timeout)
-        except _sdk.SDKError as exc:
-            raise DownstreamError(f"server {self.name!r} failed on {tool!r}: {exc}") from exc
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
-            raise DownstreamError(f"server {self.name!r} is gone: {_describe(exc)}") from exc
+            with anyio.fail_after(limit):
+                return await _sdk.call_tool_raw(session, tool, arguments)
+        except TimeoutError as exc:
+            # Abandoning the request sent notifications/cancelled, but it may have run.
+            message = f"server {self.name!r} did not answer {tool!r} within {_seconds(limit)}"
+            raise DownstreamError(message, maybe_applied=True) from exc
+        except (_sdk.SDKError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            if exited.is_set():
+                message = (
+                    f"server {self.name!r} exited while handling {tool!r}; "
+                    "it will be restarted on the next call"
+                )
+                raise DownstreamError(message, maybe_applied=True) from exc
+            if isinstance(exc, _sdk.SDKError):  # the server answered with a JSON-RPC error
+                raise DownstreamError(f"server {self.name!r} failed on {tool!r}: {exc}") from exc
+            message = f"server {self.name!r} is gone: {_describe(exc)}"
+            raise DownstreamError(message, maybe_applied=True) from exc
+        except OSError as exc:
+            message = f"server {self.name!r} is gone: {_describe(exc)}"
+            raise DownstreamError(message, maybe_applied=True) from exc
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Wait until any of `events` is set."""
+    async with anyio.create_task_group() as group:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            group.cancel_scope.cancel()
+
+        for event in events:
+            group.start_soon(wait, event)
+
+
+def _seconds(value: float | None) -> str:
+    return "no limit" if value is None else f"{value:.3g} s"
 
 
 async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
@@ -155,14 +281,21 @@ def _describe(exc: BaseException) -> str:
 
 
 class DownstreamPool:
-    """All downstream servers, started concurrently; failures are reported, not fatal."""
+    """All downstream servers, started concurrently; failures are reported, not fatal.
+
+    A server that exits is restarted on the next call to it. The tools offered to the client
+    are those of each server's first start, so the client's tool list never changes."""
 
     def __init__(
         self, specs: Iterable[ServerSpec], *, startup_timeout: float = STARTUP_TIMEOUT
     ) -> None:
-        self.servers: dict[str, Downstream] = {spec.name: Downstream(spec=spec) for spec in specs}
+        self.servers: dict[str, Downstream] = {
+            spec.name: Downstream(
+                spec=spec, startup_timeout=spec.startup_timeout or startup_timeout
+            )
+            for spec in specs
+        }
         self.routes: dict[str, RoutedTool] = {}
-        self._startup_timeout = startup_timeout
         self._closing = anyio.Event()
         self._group: Any = None
 
@@ -171,7 +304,7 @@ class DownstreamPool:
         await self._group.__aenter__()
         try:
             for server in self.servers.values():
-                self._group.start_soon(server.run, self._closing, self._startup_timeout)
+                self._group.start_soon(server.run, self._closing)
             for server in self.servers.values():
                 await server.ready.wait()
         except BaseException:
@@ -190,7 +323,8 @@ class DownstreamPool:
 
     @property
     def failures(self) -> Mapping[str, str]:
-        return {name: s.error for name, s in self.servers.items() if s.error is not None}
+        """Servers not running now, with the reason."""
+        return {name: s.error or "stopped" for name, s in self.servers.items() if s.session is None}
 
     def route(self, name: str) -> RoutedTool | None:
         return self.routes.get(name)
@@ -204,14 +338,43 @@ class DownstreamPool:
         reason = f" (it failed to start: {server.error})" if server.error else ""
         return f"server {split[0]!r} does not offer tool {split[1]!r}{reason}"
 
+    async def ensure_running(self, server_name: str) -> str | None:
+        """Restart `server_name` if it exited (within its startup timeout, with backoff after
+        failures); None when it runs, else why it cannot be called now."""
+        server = self.servers[server_name]
+        if self._group is None or self._closing.is_set():
+            return None if server.session is not None else f"server {server_name!r} is stopped"
+        previous = {t.name for t in server.tools}
+        problem = await server.ensure_running(self._group, self._closing)
+        now = {t.name for t in server.tools}
+        if problem is None and now != previous:
+            _warn_changed_tools(server_name, previous, now)
+        return problem
+
     async def call(
         self, name: str, arguments: dict[str, Any], timeout: float | None = None
     ) -> types.CallToolResult:
-        """Call a tool by its exposed name (`server__tool`)."""
+        """Call a tool by its exposed name (`server__tool`), restarting its server if it exited.
+
+        `timeout` overrides the server's `call_timeout`."""
         routed = self.routes.get(name)
         if routed is None:
             raise DownstreamError(self.missing_reason(name))
+        problem = await self.ensure_running(routed.server)
+        if problem is not None:
+            raise DownstreamError(problem)
         return await self.servers[routed.server].call(routed.original.name, arguments, timeout)
+
+
+def _warn_changed_tools(server: str, before: set[str], after: set[str]) -> None:
+    gone, new = sorted(before - after), sorted(after - before)
+    log.warning(
+        "server %r restarted with a different tool list (gone: %s; new: %s); the client keeps "
+        "the first list: calls to gone tools fail, new tools are offered after a proxy restart",
+        server,
+        ", ".join(gone) or "none",
+        ", ".join(new) or "none",
+    )
 
 
 def _route(servers: Iterable[Downstream]) -> dict[str, RoutedTool]:

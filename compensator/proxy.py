@@ -148,10 +148,10 @@ class Proxy:
     async def _forward_mutating(
         self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
     ) -> types.CallToolResult:
-        down = self.pool.servers[routed.server]
-        if down.session is None:
+        problem = await self.pool.ensure_running(routed.server)
+        if problem is not None:
             # Nothing was sent, so nothing happened and nothing is journaled.
-            return error_result(f"server {routed.server!r} is not running: {down.error}")
+            return error_result(problem)
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
