@@ -1,0 +1,319 @@
+"""Downstream faults through the real proxy: servers that exit, hang, fail to start, and calls
+the client cancels. The downstream is tests/servers/flaky_server.py, misbehaving on request."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from compensator.errors import RegistryError
+from compensator.registry import parse_registry
+
+from .conftest import SERVERS
+
+pytestmark = pytest.mark.anyio
+
+FLAKY = """
+servers:
+  flaky:
+    command: "@PYTHON@"
+    args: ["@FLAKY_SERVER@"]
+    env: {FLAKY_DIR: "@TMP@/flaky"}
+    call_timeout: 2
+    startup_timeout: @STARTUP@
+  other:
+    command: "@PYTHON@"
+    args: ["@FLAKY_SERVER@"]
+    env: {FLAKY_DIR: "@TMP@/other"}
+tools:
+  flaky__get: {classification: read}
+  flaky__put:
+    classification: reversible
+    inverse_tool: flaky__restore
+    inverse_args: {key: "{args.key}", value: "{result.previous}"}
+  other__get: {classification: read}
+  other__put:
+    classification: reversible
+    inverse_tool: other__restore
+    inverse_args: {key: "{args.key}", value: "{result.previous}"}
+"""
+
+
+@pytest.fixture
+def flaky_config(write_registry, tmp_path: Path) -> Callable[..., Path]:
+    def make(startup_timeout: float = 20) -> Path:
+        text = FLAKY.replace("@FLAKY_SERVER@", str(SERVERS / "flaky_server.py"))
+        return write_registry(text.replace("@STARTUP@", str(startup_timeout)))
+
+    for name in ("flaky", "other"):
+        (tmp_path / name).mkdir()
+    return make
+
+
+@pytest.fixture
+def flaky_dir(tmp_path: Path) -> Path:
+    return tmp_path / "flaky"
+
+
+def starts(folder: Path) -> int:
+    """How many times the server in `folder` was started."""
+    log = folder / "starts.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def stored(folder: Path) -> dict[str, Any]:
+    path = folder / "state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def events(folder: Path) -> list[str]:
+    path = folder / "events.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def eventually(check: Callable[[], bool], what: str, deadline: float = 10.0) -> None:
+    """Poll `check` until it holds; a process's side effect has no event to await."""
+    end = time.monotonic() + deadline
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} did not happen within {deadline} s")
+        await anyio.sleep(0.05)
+
+
+def names(tools: list[Any]) -> list[str]:
+    return sorted(tool.name for tool in tools)
+
+
+def by_tool(changes: list[dict[str, Any]], tool: str) -> dict[str, Any]:
+    [change] = [c for c in changes if c["tool"] == tool]
+    return change
+
+
+# -- a server that exits is restarted ---------------------------------------------------------
+
+
+async def test_exited_server_is_restarted_on_the_next_call(proxy, flaky_config, flaky_dir):
+    async with proxy(flaky_config()) as client:
+        before = await client.list_tools()
+        await client.call_ok("flaky__put", {"key": "a", "value": "1"})
+        crashed = await client.call("flaky__crash", {"code": 3})
+        assert crashed.is_error
+        assert "server 'flaky' exited while handling 'crash'" in crashed.text
+        assert "restarted on the next call" in crashed.text
+        assert starts(flaky_dir) == 1
+        assert (await client.call_ok("flaky__get", {"key": "a"}))["value"] == "1"
+        assert starts(flaky_dir) == 2
+        assert names(await client.list_tools()) == names(before)
+        # Crashing again is survived again; the call that hit the exit may have applied.
+        assert (await client.call("flaky__crash", {"code": 5, "delay": 0.2})).is_error
+        await client.call_ok("flaky__put", {"key": "b", "value": "2"})
+        assert starts(flaky_dir) == 3
+        changes = await client.list_changes()
+    assert stored(flaky_dir) == {"a": "1", "b": "2"}
+    assert [c["status"] for c in changes if c["tool"] == "flaky__crash"] == ["unknown"] * 2
+
+
+async def test_a_tool_gone_after_a_restart_gets_a_clear_error(proxy, flaky_config, flaky_dir):
+    async with proxy(flaky_config()) as client:
+        before = await client.list_tools()
+        (flaky_dir / "drop-get").touch()
+        assert (await client.call("flaky__crash", {})).is_error
+        reply = await client.call("flaky__get", {"key": "a"})
+        assert reply.is_error
+        assert "no longer offers tool 'get'" in reply.text
+        assert names(await client.list_tools()) == names(before)  # the client's list is stable
+        await client.call_ok("flaky__put", {"key": "a", "value": "1"})  # the rest still works
+    assert starts(flaky_dir) == 2
+
+
+async def test_restarts_back_off_while_the_server_keeps_failing(
+    proxy, flaky_config, flaky_dir, proxy_log
+):
+    async with proxy(flaky_config()) as client:
+        before = await client.list_tools()
+        (flaky_dir / "fail-start").touch()
+        assert (await client.call("flaky__crash", {})).is_error
+
+        first = await client.call("flaky__get", {"key": "a"})
+        assert first.is_error
+        assert "could not be restarted: exited during start-up" in first.text
+        assert "in 0.5 s or later" in first.text
+        assert starts(flaky_dir) == 2
+
+        # Within the backoff window: an immediate answer, and no attempt to start it.
+        during = await client.call("flaky__put", {"key": "a", "value": "1"})
+        assert during.is_error
+        assert "server 'flaky' is down: exited during start-up" in during.text
+        assert "next restart attempt" in during.text
+        assert starts(flaky_dir) == 2
+
+        await anyio.sleep(0.6)  # the window itself is what is tested
+        second = await client.call("flaky__get", {"key": "a"})
+        assert second.is_error and "in 1 s or later" in second.text  # doubled
+        assert starts(flaky_dir) == 3
+
+        (flaky_dir / "fail-start").unlink()
+        await anyio.sleep(1.1)
+        await client.call_ok("flaky__put", {"key": "a", "value": "1"})
+        assert starts(flaky_dir) == 4
+        assert names(await client.list_tools()) == names(before)
+        # A refused mutating call was never sent: nothing is journaled for it.
+        puts = [c for c in await client.list_changes() if c["tool"] == "flaky__put"]
+        assert [c["status"] for c in puts] == ["ok"]
+    assert "server 'flaky' restarted" in proxy_log()
+
+
+# -- hung servers: call_timeout and startup_timeout --------------------------------------------
+
+
+async def test_call_timeout_abandons_a_hung_call_without_blocking_others(
+    proxy, flaky_config, flaky_dir, tmp_path
+):
+    async with proxy(flaky_config()) as client:
+        hung: dict[str, Any] = {}
+
+        async def hang() -> None:
+            started = time.monotonic()
+            hung["reply"] = await client.call("flaky__hang", {})
+            hung["seconds"] = time.monotonic() - started
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(hang)
+            await anyio.sleep(0.2)  # let the hang reach the server
+            started = time.monotonic()
+            await client.call_ok("other__put", {"key": "k", "value": "v"})
+            assert await client.call_ok("flaky__get", {"key": "k"}) == {"key": "k", "value": None}
+            elapsed = time.monotonic() - started
+            assert "reply" not in hung, "the hung call answered before its timeout"
+        assert elapsed < 1.5
+        reply = hung["reply"]
+        assert reply.is_error
+        assert "server 'flaky' did not answer 'hang' within 2 s" in reply.text
+        assert 1.9 < hung["seconds"] < 8
+        assert by_tool(await client.list_changes(), "flaky__hang")["status"] == "unknown"
+        await client.call_ok("flaky__put", {"key": "after", "value": "x"})  # still serving
+    assert stored(tmp_path / "other") == {"k": "v"}
+    assert starts(flaky_dir) == 1  # a timeout is not a death
+
+
+async def test_server_hanging_at_startup_is_left_out(proxy, flaky_config, flaky_dir, proxy_log):
+    (flaky_dir / "hang-start").touch()
+    started = time.monotonic()
+    async with proxy(flaky_config(startup_timeout=1.5)) as client:
+        ready = time.monotonic() - started
+        tools = names(await client.list_tools())
+        assert not [t for t in tools if t.startswith("flaky__")]
+        assert "other__put" in tools
+        reply = await client.call("flaky__get", {"key": "a"})
+        assert reply.is_error and "failed to start" in reply.text
+        assert "did not finish starting within 1.5 s" in reply.text
+        await client.call_ok("other__put", {"key": "a", "value": "1"})
+    assert ready < 1.5 + 6  # the proxy's own start plus the timeout, not the server's hour
+    assert "server 'flaky' failed to start and is left out" in proxy_log()
+
+
+# -- client cancellation ------------------------------------------------------------------------
+
+
+async def test_client_cancellation_reaches_the_downstream(proxy, flaky_config, flaky_dir):
+    async with proxy(flaky_config()) as client:
+        async with anyio.create_task_group() as group:
+            group.start_soon(client.call, "flaky__sleep", {"seconds": 30, "tag": "c1"})
+            await eventually(lambda: "started c1" in events(flaky_dir), "the sleep starting")
+            # Cancelling the awaiting task sends notifications/cancelled to the proxy.
+            group.cancel_scope.cancel()
+        await eventually(lambda: "cancelled c1" in events(flaky_dir), "the downstream cancel")
+        assert "finished c1" not in events(flaky_dir)
+        assert by_tool(await client.list_changes(), "flaky__sleep")["status"] == "unknown"
+        assert (await client.call_ok("flaky__sleep", {"seconds": 0, "tag": "c2"})) == {"slept": 0}
+    assert events(flaky_dir)[-1] == "finished c2"
+
+
+# -- undo while the target server is down -------------------------------------------------------
+
+
+async def test_undo_with_the_server_down_is_finished_by_a_later_undo(
+    proxy, flaky_config, flaky_dir
+):
+    async with proxy(flaky_config()) as client:
+        await client.call_ok("flaky__put", {"key": "a", "value": "0"})
+        cp = await client.checkpoint()
+        await client.call_ok("flaky__put", {"key": "a", "value": "1"})
+        await client.call_ok("flaky__put", {"key": "b", "value": "2"})
+        (flaky_dir / "fail-start").touch()
+        assert (await client.call("flaky__crash", {})).is_error
+
+        report = await client.undo_to(cp)
+        assert report["undone"] == []
+        skipped = {s["id"]: s for s in report["skipped"] if s["tool"] == "flaky__put"}
+        assert len(skipped) == 2
+        assert all("server 'flaky'" in s["reason"] for s in skipped.values())
+        assert any("could not be restarted" in s["reason"] for s in skipped.values())
+        assert stored(flaky_dir) == {"a": "1", "b": "2"}
+
+        (flaky_dir / "fail-start").unlink()
+        await anyio.sleep(0.6)  # past the restart backoff
+        again = await client.undo_to(cp)
+        assert sorted(c["id"] for c in again["undone"]) == sorted(skipped)
+        assert stored(flaky_dir) == {"a": "0"}
+        left = await client.list_changes(cp)
+        assert [c["tool"] for c in left] == ["flaky__crash"]
+
+
+# -- registry keys -----------------------------------------------------------------------------
+
+SERVER = """\
+servers:
+  flaky:
+    command: python3
+    {line}
+"""
+
+
+def parse_server(tmp_path: Path, line: str) -> Any:
+    path = tmp_path / "r.yaml"
+    path.write_text(SERVER.format(line=line))
+    return parse_registry(path.read_text(), path=path).servers["flaky"]
+
+
+def test_timeouts_default_to_none(tmp_path: Path) -> None:
+    spec = parse_server(tmp_path, "args: []")
+    assert spec.call_timeout is None and spec.startup_timeout is None
+
+
+def test_timeouts_are_read_as_seconds(tmp_path: Path) -> None:
+    spec = parse_server(tmp_path, "call_timeout: 2\n    startup_timeout: 0.5")
+    assert spec.call_timeout == 2.0 and spec.startup_timeout == 0.5
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('call_timeout: "2"', "expected a number of seconds, got a string"),
+        ("call_timeout: true", "expected a number of seconds, got a boolean"),
+        ("call_timeout: 0", "expected a number of seconds greater than 0, got 0"),
+        ("startup_timeout: -1", "expected a number of seconds greater than 0, got -1"),
+        ("startup_timeout: .nan", "expected a number of seconds greater than 0, got nan"),
+        ("startup_timeout: [1]", "expected a number of seconds, got a list"),
+    ],
+)
+def test_bad_timeouts_are_located_errors(tmp_path: Path, line: str, problem: str) -> None:
+    with pytest.raises(RegistryError) as info:
+        parse_server(tmp_path, line)
+    key = line.split(":")[0]
+    assert str(info.value) == (
+        f"{tmp_path / 'r.yaml'}:4: servers.flaky.{key}: {problem}. "
+        "Write a number of seconds greater than 0, e.g. 30 or 2.5."
+    )
+    assert info.value.key == f"servers.flaky.{key}" and info.value.line == 4
+
+
+def test_misspelt_timeout_key_is_suggested(tmp_path: Path) -> None:
+    with pytest.raises(RegistryError, match="Did you mean 'call_timeout'"):
+        parse_server(tmp_path, "call_timeot: 2")
