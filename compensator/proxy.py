@@ -24,7 +24,7 @@ from .registry import Classification, Registry, ToolPolicy, load_registry
 from .results import parse_result, result_text
 from .templates import Expression
 from .terminal import log_to_stderr
-from .undo import Caller, CallOutcome, Undoer
+from .undo import Caller, CallOutcome, Undoer, observed_state
 
 __all__ = ["Proxy", "call_outcome", "classify", "explain_tool", "main", "serve", "undo_caller"]
 
@@ -196,7 +196,16 @@ class Proxy:
         self, change_id: int, policy: ToolPolicy, arguments: dict[str, Any]
     ) -> None:
         """Read the state again after a verified call, for undo's drift check."""
-        state, error = await self._read(policy, arguments)
+        assert policy.snapshot_tool is not None
+        try:
+            args = policy.snapshot_args.render({"args": arguments}) if policy.snapshot_args else {}
+            result = await self.pool.call(policy.snapshot_tool, args)
+        except (CompensatorError, ValueError, TypeError) as exc:
+            self.journal.record_post_state(change_id, None, f"reading the state failed: {exc}")
+            return
+        outcome = self.outcome(policy.snapshot_tool, args, result)
+        state = observed_state(outcome)
+        error = None if state is not None else outcome.error or "the read returned nothing"
         self.journal.record_post_state(change_id, state, error)
 
     async def _snapshot(

@@ -14,7 +14,15 @@ from .errors import CompensatorError, MetaArgumentError
 from .journal import Change, Compensation, Journal, Status, StepStatus, pid_alive
 from .registry import Classification, InverseStep, Registry, ToolPolicy
 
-__all__ = ["CallOutcome", "Caller", "Progress", "UndoReport", "Undoer", "template_context"]
+__all__ = [
+    "CallOutcome",
+    "Caller",
+    "Progress",
+    "UndoReport",
+    "Undoer",
+    "observed_state",
+    "template_context",
+]
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +233,10 @@ class Undoer:
         except CompensatorError as exc:
             raise _Skip(f"cannot check for drift: {exc}; {_FORCE_HINT}") from exc
         outcome = await self._call(policy.snapshot_tool, args)
-        if not outcome.ok:
+        state = observed_state(outcome)
+        if state is None:
             raise _Skip(f"cannot check for drift: {outcome.error}; {_FORCE_HINT}")
-        return outcome.value
+        return state
 
     # -- running it ---------------------------------------------------------------------------
 
@@ -300,6 +309,18 @@ class Undoer:
                 f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
             )
         raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+
+
+def observed_state(outcome: CallOutcome) -> Any:
+    """What a state read saw, for the drift check; None when the read itself failed.
+
+    An error answer is a state too (after a delete, "not found" is what should be seen), so it
+    is kept, marked; only a read that got no answer at all says nothing."""
+    if outcome.ok:
+        return {"content": outcome.value}
+    if outcome.value is None:
+        return None
+    return {"isError": True, "content": outcome.value}
 
 
 def _elsewhere(record: Compensation) -> bool:
