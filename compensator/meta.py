@@ -172,6 +172,14 @@ def explain(
             f" Calls where `{policy.mutating_when.source}` is false are treated as reads "
             "and not journaled."
         )
+    if policy is not None and policy.verify:
+        text += (
+            f" Verified: the proxy reads {policy.snapshot_tool} again after the call, and undo "
+            "skips the change (reason `drift`) if that state changed by then."
+        )
+    if policy is not None and policy.redact:
+        paths = ", ".join(path.source for path in policy.redact)
+        text += f" Never stored in the journal: {paths}."
     if policy is not None and policy.error_when is not None:
         text += (
             f" A result matching `{policy.error_when.source}` counts as a failed call: "

@@ -108,6 +108,9 @@ class Undoer:
         checkpoint = self._journal.checkpoint(checkpoint_id)
         if checkpoint is None:
             raise MetaArgumentError(self.unknown_checkpoint(checkpoint_id))
+        if not dry_run:
+            # Calls another process left pending when it died are `unknown` from now on.
+            self._journal.recover_abandoned()
         report = UndoReport()
         for change in self._journal.open_changes(checkpoint):
             kind, entry = await self._undo_one(change, dry_run=dry_run, force=force)

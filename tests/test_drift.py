@@ -57,6 +57,8 @@ def titles(db: Path) -> dict[int, tuple[str, str]]:
 async def test_drift_is_reported_and_nothing_is_overwritten(proxy, tmp_path, tasks_env):
     db = tmp_path / "tasks.db"
     async with proxy(verified_registry(tmp_path), env=tasks_env) as client:
+        explained = await client.call_ok("explain_blast_radius", {"tool": "tasks__rename_task"})
+        assert "reads tasks__get_task again after the call" in explained["explanation"]
         task = await client.call_ok("tasks__add_task", {"title": "draft"})
         cp = await client.checkpoint()
         await client.call_ok("tasks__rename_task", {"id": task["id"], "title": "final"})
