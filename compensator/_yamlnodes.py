@@ -13,6 +13,10 @@ __all__ = ["join_key", "line_of", "load_with_lines", "located_error"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
+MAX_DEPTH = 64
+"""Deepest nesting of lists and mappings accepted; registries need about ten levels."""
+MAX_VALUES = 100_000
+"""Most values a document may hold once aliases are expanded (an alias bomb has billions)."""
 
 
 def located_error(path: str, line: int, key: str, problem: str, fix: str) -> RegistryError:
@@ -40,15 +44,44 @@ def line_of(lines: dict[str, int], key: str) -> int:
 def load_with_lines(text: str, path: str) -> tuple[Any, dict[str, int]]:
     """Parse `text`; return its value and a map from dotted key (`a.b[0].c`) to 1-based line."""
     try:
+        _check_depth(text, path)  # the composer recurses once per level: refuse deep text first
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(exc, path) from None
+    except yaml.reader.ReaderError as exc:
+        raise _reader_error(exc, text, path) from None
     except yaml.YAMLError as exc:
         raise located_error(path, 1, "", f"not valid YAML ({exc})", "Fix the file") from None
     lines: dict[str, int] = {}
     if root is None:
         return None, lines
     return _Converter(path, lines, set()).value(root, ""), lines
+
+
+def _check_depth(text: str, path: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH, at the line where it gets too deep."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1
+                problem = f"lists and mappings are nested more than {MAX_DEPTH} levels deep"
+                raise located_error(path, line, "", problem, "Flatten the structure")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _reader_error(exc: yaml.reader.ReaderError, text: str, path: str) -> RegistryError:
+    """A character YAML does not allow (a control character, a lone surrogate)."""
+    position = max(0, min(exc.position, len(text)))
+    line = text.count("\n", 0, position) + 1
+    problem = f"character U+{exc.character:04X} is not allowed in YAML ({exc.reason})"
+    if isinstance(exc.character, bytes):
+        problem = f"the file is not valid text ({exc.reason})"
+    return located_error(
+        path, line, "", problem, "Remove the character or escape it in a quoted string"
+    )
 
 
 def _syntax_error(exc: yaml.MarkedYAMLError, path: str) -> RegistryError:
@@ -70,15 +103,25 @@ class _Converter:
         self.lines = lines
         self.active = active
         self.loader = yaml.SafeLoader("")
+        self.depth = 0
+        self.count = 0
 
     def error(self, node: Node, key: str, problem: str, fix: str) -> RegistryError:
         return located_error(self.path, node.start_mark.line + 1, key, problem, fix)
 
     def value(self, node: Node, key: str) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            problem = f"the document holds more than {MAX_VALUES} values once aliases are expanded"
+            raise self.error(node, key, problem, "Repeat fewer aliases inside aliases")
         if isinstance(node, (MappingNode, SequenceNode)):
             if id(node) in self.active:
                 raise self.error(node, key, "recursive alias", "Remove the alias cycle")
+            if self.depth >= MAX_DEPTH:
+                problem = f"nested more than {MAX_DEPTH} levels deep once aliases are expanded"
+                raise self.error(node, key, problem, "Flatten the structure")
             self.active.add(id(node))
+            self.depth += 1
             try:
                 return (
                     self.mapping(node, key)
@@ -87,6 +130,7 @@ class _Converter:
                 )
             finally:
                 self.active.discard(id(node))
+                self.depth -= 1
         return self.scalar(node, key)
 
     def mapping(self, node: MappingNode, key: str) -> dict[str, Any]:
@@ -119,7 +163,10 @@ class _Converter:
                 fix = "Merge an alias of a mapping: <<: *name"
                 raise self.error(source, key, "'<<' needs a mapping or a list of mappings", fix)
             lines: dict[str, int] = {}
-            values = _Converter(self.path, lines, self.active).value(source, key)
+            inner = _Converter(self.path, lines, self.active)
+            inner.depth, inner.count = self.depth, self.count  # merges count against the limits
+            values = inner.value(source, key)
+            self.count = inner.count
             for name, value in values.items():
                 if name not in out:
                     out[name] = value
@@ -143,6 +190,10 @@ class _Converter:
             value = self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or "cannot read this value"
+            raise self.error(node, key, problem, "Remove the tag or quote the value") from None
+        except Exception:
+            # PyYAML's constructors fail with any exception on `!!int abc`, `!!int`, `!!bool x`
+            problem = f"the value is not a valid {node.tag.rsplit(':', 1)[-1]}"
             raise self.error(node, key, problem, "Remove the tag or quote the value") from None
         # Timestamps, binary and the like stay the text that was written.
         return value if isinstance(value, _PLAIN_SCALARS) else str(node.value)

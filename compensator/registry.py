@@ -385,7 +385,10 @@ class _Parser:
             raise self.error(key, f"expected a number of seconds, got {_describe(raw)}", fix)
         if not raw > 0:  # also refuses .nan
             raise self.error(key, f"expected a number of seconds greater than 0, got {raw}", fix)
-        return float(raw)
+        try:
+            return float(raw)
+        except OverflowError:  # an int beyond float's range, e.g. 10**400
+            raise self.error(key, "the number of seconds is too large", fix) from None
 
     def server_name(self, name: str, key: str) -> None:
         if not _SERVER_NAME.fullmatch(name):
@@ -399,7 +402,11 @@ class _Parser:
     def cwd(self, raw: Any, key: str) -> Path:
         if raw is None:
             return self.base
-        folder = Path(self.expand_string(raw, key)).expanduser()
+        try:
+            folder = Path(self.expand_string(raw, key)).expanduser()
+        except RuntimeError:  # `~name` of no known user, or `~` without a home folder
+            problem = "a leading ~ names a user (or home folder) that is not known here"
+            raise self.error(key, problem, "Write the folder as an absolute path.") from None
         return folder if folder.is_absolute() else self.base / folder
 
     def expand_string(self, value: Any, key: str) -> str:

@@ -284,13 +284,17 @@ def _compile(source: str, where: str, check_roots: bool, shown: str) -> Expressi
         raise _error(repr(source), where, "is not a string", "Write the expression as a string")
     try:
         parsed = Parser().parse(source)
+        for node in _walk(parsed.parsed):
+            _check_node(node, shown, where)
+        if check_roots:
+            _check_roots(parsed.parsed, shown, where)
     except jexc.JMESPathError as exc:
         detail = f"does not parse: {_parse_complaint(exc)}"
         raise _error(shown, where, detail, _parse_fix(source, shown)) from None
-    for node in _walk(parsed.parsed):
-        _check_node(node, shown, where)
-    if check_roots:
-        _check_roots(parsed.parsed, shown, where)
+    except RecursionError:
+        # jmespath's parser recurses once per nesting level: `((((...` exhausts the stack.
+        detail = "is nested too deeply to parse"
+        raise _error(shown, where, detail, "Write it with fewer nested parentheses") from None
     return Expression(source=source, where=where, parsed=parsed)
 
 
