@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from compensator.errors import RegistryError
 from compensator.registry import parse_registry
 
 from .conftest import SERVERS
+from .faults import tally
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +63,24 @@ def flaky_dir(tmp_path: Path) -> Path:
     return tmp_path / "flaky"
 
 
+@dataclass
+class Faults:
+    """What one test injected, tallied for scripts/fault-report even when the test fails."""
+
+    kind: str = ""
+    injected: int = 0
+    survived: int = 0
+    twice: int = 0
+
+
+@pytest.fixture
+def faults() -> Iterator[Faults]:
+    seen = Faults()
+    yield seen
+    if seen.kind:
+        tally(seen.kind, injected=seen.injected, survived=seen.survived, twice=seen.twice)
+
+
 def starts(folder: Path) -> int:
     """How many times the server in `folder` was started."""
     log = folder / "starts.log"
@@ -98,31 +118,44 @@ def by_tool(changes: list[dict[str, Any]], tool: str) -> dict[str, Any]:
 # -- a server that exits is restarted ---------------------------------------------------------
 
 
-async def test_exited_server_is_restarted_on_the_next_call(proxy, flaky_config, flaky_dir):
+async def test_exited_server_is_restarted_on_the_next_call(proxy, flaky_config, flaky_dir, faults):
+    faults.kind = "server exited mid-call"
+    crashes = [
+        ("flaky__crash", {"code": 3}),
+        ("flaky__crash", {"code": 5, "delay": 0.2}),
+        ("flaky__put_then_crash", {"key": "c", "value": "3", "code": 1}),
+    ]
     async with proxy(flaky_config()) as client:
         before = await client.list_tools()
         await client.call_ok("flaky__put", {"key": "a", "value": "1"})
-        crashed = await client.call("flaky__crash", {"code": 3})
-        assert crashed.is_error
-        assert "server 'flaky' exited while handling 'crash'" in crashed.text
-        assert "restarted on the next call" in crashed.text
-        assert starts(flaky_dir) == 1
-        assert (await client.call_ok("flaky__get", {"key": "a"}))["value"] == "1"
-        assert starts(flaky_dir) == 2
-        assert names(await client.list_tools()) == names(before)
-        # Crashing again is survived again; the call that hit the exit may have applied.
-        assert (await client.call("flaky__crash", {"code": 5, "delay": 0.2})).is_error
-        await client.call_ok("flaky__put", {"key": "b", "value": "2"})
-        assert starts(flaky_dir) == 3
+        for number, (tool, args) in enumerate(crashes, 1):
+            faults.injected += 1
+            crashed = await client.call(tool, args)
+            assert crashed.is_error
+            short = tool.removeprefix("flaky__")
+            assert f"server 'flaky' exited while handling '{short}'" in crashed.text
+            assert "restarted on the next call" in crashed.text
+            assert starts(flaky_dir) == number
+            assert (await client.call_ok("flaky__get", {"key": "a"}))["value"] == "1"
+            assert starts(flaky_dir) == number + 1
+            assert names(await client.list_tools()) == names(before)
+            faults.survived += 1
         changes = await client.list_changes()
-    assert stored(flaky_dir) == {"a": "1", "b": "2"}
-    assert [c["status"] for c in changes if c["tool"] == "flaky__crash"] == ["unknown"] * 2
+    # The call that hit the exit may have applied (put_then_crash did): journaled as unknown.
+    assert stored(flaky_dir) == {"a": "1", "c": "3"}
+    hit = [c for c in changes if c["tool"] in {tool for tool, _ in crashes}]
+    assert [c["status"] for c in hit] == ["unknown"] * len(crashes)
+    assert by_tool(changes, "flaky__put_then_crash")["args"] == crashes[2][1]
 
 
-async def test_a_tool_gone_after_a_restart_gets_a_clear_error(proxy, flaky_config, flaky_dir):
+async def test_a_tool_gone_after_a_restart_gets_a_clear_error(
+    proxy, flaky_config, flaky_dir, faults
+):
+    faults.kind = "server restarted without one of its tools"
     async with proxy(flaky_config()) as client:
         before = await client.list_tools()
         (flaky_dir / "drop-get").touch()
+        faults.injected += 1
         assert (await client.call("flaky__crash", {})).is_error
         reply = await client.call("flaky__get", {"key": "a"})
         assert reply.is_error
@@ -130,15 +163,18 @@ async def test_a_tool_gone_after_a_restart_gets_a_clear_error(proxy, flaky_confi
         assert names(await client.list_tools()) == names(before)  # the client's list is stable
         await client.call_ok("flaky__put", {"key": "a", "value": "1"})  # the rest still works
     assert starts(flaky_dir) == 2
+    faults.survived += 1
 
 
 async def test_restarts_back_off_while_the_server_keeps_failing(
-    proxy, flaky_config, flaky_dir, proxy_log
+    proxy, flaky_config, flaky_dir, proxy_log, faults
 ):
+    faults.kind = "server failing to restart"
     async with proxy(flaky_config()) as client:
         before = await client.list_tools()
         (flaky_dir / "fail-start").touch()
         assert (await client.call("flaky__crash", {})).is_error
+        faults.injected += 1
 
         first = await client.call("flaky__get", {"key": "a"})
         assert first.is_error
@@ -167,14 +203,16 @@ async def test_restarts_back_off_while_the_server_keeps_failing(
         puts = [c for c in await client.list_changes() if c["tool"] == "flaky__put"]
         assert [c["status"] for c in puts] == ["ok"]
     assert "server 'flaky' restarted" in proxy_log()
+    faults.survived += 1
 
 
 # -- hung servers: call_timeout and startup_timeout --------------------------------------------
 
 
 async def test_call_timeout_abandons_a_hung_call_without_blocking_others(
-    proxy, flaky_config, flaky_dir, tmp_path
+    proxy, flaky_config, flaky_dir, tmp_path, faults
 ):
+    faults.kind, faults.injected = "hung call (call_timeout)", 1
     async with proxy(flaky_config()) as client:
         hung: dict[str, Any] = {}
 
@@ -200,9 +238,13 @@ async def test_call_timeout_abandons_a_hung_call_without_blocking_others(
         await client.call_ok("flaky__put", {"key": "after", "value": "x"})  # still serving
     assert stored(tmp_path / "other") == {"k": "v"}
     assert starts(flaky_dir) == 1  # a timeout is not a death
+    faults.survived += 1
 
 
-async def test_server_hanging_at_startup_is_left_out(proxy, flaky_config, flaky_dir, proxy_log):
+async def test_server_hanging_at_startup_is_left_out(
+    proxy, flaky_config, flaky_dir, proxy_log, faults
+):
+    faults.kind, faults.injected = "hung start-up (startup_timeout)", 1
     (flaky_dir / "hang-start").touch()
     started = time.monotonic()
     async with proxy(flaky_config(startup_timeout=1.5)) as client:
@@ -216,12 +258,14 @@ async def test_server_hanging_at_startup_is_left_out(proxy, flaky_config, flaky_
         await client.call_ok("other__put", {"key": "a", "value": "1"})
     assert ready < 1.5 + 6  # the proxy's own start plus the timeout, not the server's hour
     assert "server 'flaky' failed to start and is left out" in proxy_log()
+    faults.survived += 1
 
 
 # -- client cancellation ------------------------------------------------------------------------
 
 
-async def test_client_cancellation_reaches_the_downstream(proxy, flaky_config, flaky_dir):
+async def test_client_cancellation_reaches_the_downstream(proxy, flaky_config, flaky_dir, faults):
+    faults.kind, faults.injected = "client cancelled a forwarded call", 1
     async with proxy(flaky_config()) as client:
         async with anyio.create_task_group() as group:
             group.start_soon(client.call, "flaky__sleep", {"seconds": 30, "tag": "c1"})
@@ -233,14 +277,16 @@ async def test_client_cancellation_reaches_the_downstream(proxy, flaky_config, f
         assert by_tool(await client.list_changes(), "flaky__sleep")["status"] == "unknown"
         assert (await client.call_ok("flaky__sleep", {"seconds": 0, "tag": "c2"})) == {"slept": 0}
     assert events(flaky_dir)[-1] == "finished c2"
+    faults.survived += 1
 
 
 # -- undo while the target server is down -------------------------------------------------------
 
 
 async def test_undo_with_the_server_down_is_finished_by_a_later_undo(
-    proxy, flaky_config, flaky_dir
+    proxy, flaky_config, flaky_dir, faults
 ):
+    faults.kind, faults.injected = "undo with the server down", 1
     async with proxy(flaky_config()) as client:
         await client.call_ok("flaky__put", {"key": "a", "value": "0"})
         cp = await client.checkpoint()
@@ -264,6 +310,10 @@ async def test_undo_with_the_server_down_is_finished_by_a_later_undo(
         assert stored(flaky_dir) == {"a": "0"}
         left = await client.list_changes(cp)
         assert [c["tool"] for c in left] == ["flaky__crash"]
+        third = await client.undo_to(cp)
+        faults.twice = len(third["undone"])
+        assert third["undone"] == [] and stored(flaky_dir) == {"a": "0"}
+    faults.survived += 1
 
 
 # -- registry keys -----------------------------------------------------------------------------

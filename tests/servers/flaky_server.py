@@ -21,15 +21,7 @@ from typing import Any
 
 import anyio
 
-# The one difference between SDK lines: mcp 2.x renamed FastMCP to MCPServer.
-try:
-    from mcp.server.fastmcp import FastMCP as MCPServer
-except ModuleNotFoundError:
-    from mcp.server.mcpserver import MCPServer
-
 HERE = Path(os.environ.get("FLAKY_DIR", "."))
-
-mcp = MCPServer("flaky", log_level="WARNING")
 
 
 def _load() -> dict[str, Any]:
@@ -71,6 +63,12 @@ async def get(key: str) -> dict[str, Any]:
     return {"key": key, "value": _load().get(key)}
 
 
+async def put_then_crash(key: str, value: str, code: int = 3) -> dict[str, Any]:
+    """Set `key` to `value`, then exit with `code` before answering."""
+    await put(key, value)
+    os._exit(code)
+
+
 async def crash(code: int = 3, delay: float = 0.0) -> dict[str, Any]:
     """Exit the process with `code` after `delay` seconds, without answering."""
     await anyio.sleep(delay)
@@ -104,7 +102,13 @@ def main() -> None:
         sys.exit(4)
     if (HERE / "hang-start").exists():
         time.sleep(3600)
-    for tool in (put, restore, crash, sleep, hang):
+    # Imported only now, so that a failing start fails fast. mcp 2.x renamed FastMCP.
+    try:
+        from mcp.server.fastmcp import FastMCP as MCPServer
+    except ModuleNotFoundError:
+        from mcp.server.mcpserver import MCPServer  # type: ignore[no-redef]
+    mcp = MCPServer("flaky", log_level="WARNING")
+    for tool in (put, restore, put_then_crash, crash, sleep, hang):
         mcp.tool()(tool)
     if not (HERE / "drop-get").exists():
         mcp.tool()(get)
