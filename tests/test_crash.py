@@ -13,6 +13,10 @@ After each kill a new proxy starts on the same journal and the test checks:
   twice = 0   no change is compensated twice (the compensating tools are not idempotent);
   integrity   the journal passes PRAGMA integrity_check; the store matches the ledger and
               what undo should have left.
+Two more tests hold a compensating call in flight (the server applied it and waits before
+answering), kill the proxy, and show what happens to that in-doubt step: re-sent only when
+its tool is `idempotent: true`, reported "in doubt:" otherwise, re-sent by force=true.
+
 The random moments come from one seed, printed with every failure; set
 COMPENSATOR_CRASH_SEED to replay a run. Counts go to tests/faults.py's tally.
 """
@@ -105,6 +109,8 @@ class Running:
 
 
 class Rig:
+    """One journal, one ledger folder, the registry over them, and proxies started on them."""
+
     def __init__(self, tmp: Path, *, idempotent_delete: bool = False) -> None:
         self.tmp = tmp
         self.dir = tmp / "ledger"
@@ -185,6 +191,10 @@ class Rig:
 
     def journal(self) -> Journal:
         return Journal.read(self.db)
+
+    def stderr_tail(self, lines: int = 25) -> list[str]:
+        path = self.tmp / "proxy-stderr.log"
+        return path.read_text().splitlines()[-lines:] if path.exists() else []
 
 
 def _alive(pid: int) -> bool:
@@ -315,12 +325,20 @@ class Audit:
     iteration: int
     keys: list[str]
     problems: list[str] = field(default_factory=list)
-    lost: int = 0
-    twice: int = 0
+    lost_calls: set[str] = field(default_factory=set)  # values received but not journaled
+    twice_changes: set[int] = field(default_factory=set)  # ids compensated more than once
     notes: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def lost(self) -> int:
+        return len(self.lost_calls)
+
+    @property
+    def twice(self) -> int:
+        return len(self.twice_changes)
+
     def check(self, ok: bool, problem: str) -> None:
-        if not ok:
+        if not ok and problem not in self.problems:
             self.problems.append(problem)
 
     def report(self, rig: Rig) -> str:
@@ -340,6 +358,8 @@ class Audit:
             "received for these keys:",
             *(f"  {line}" for line in rig.received() if line["args"]["key"] in keys),
             *(f"{name}: {value}" for name, value in self.notes.items()),
+            "tail of the proxies' stderr:",
+            *(f"  {line}" for line in rig.stderr_tail()),
         ]
         return "\n".join(lines)
 
@@ -364,7 +384,7 @@ def audit_journal_and_ledger(audit: Audit, rig: Rig, *, final: bool) -> Journal:
     missing = [
         r["args"] for r in received if (r["args"]["key"], r["args"]["value"]) not in journaled
     ]
-    audit.lost += len(missing)
+    audit.lost_calls.update(str(args["value"]) for args in missing)
     audit.check(not missing, f"lost: the server received {missing} but the journal has no change")
 
     # the journal's `ok` results agree with what the server applied.
@@ -387,7 +407,7 @@ def audit_journal_and_ledger(audit: Audit, rig: Rig, *, final: bool) -> Journal:
             continue
         count = ledger.compensated(key, line["previous"])
         if count > 1:
-            audit.twice += 1
+            audit.twice_changes.add(change["id"])
         audit.check(count <= 1, f"twice: change {change['id']} was compensated {count} times")
         done = Counter(s["step"] for s in journal.steps_of(change["id"]) if s["status"] == "ok")
         audit.check(
