@@ -1,0 +1,120 @@
+"""A downstream server that writes garbage to stdout, or huge results, cannot take the proxy
+down: its calls get answers or isError results, the other servers keep working, and the proxy
+answers after. The downstream is tests/servers/noisy_server.py, written on raw stdio."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pytest_compensator.client import ProxyClient
+
+from .conftest import SERVERS, Launcher
+
+pytestmark = pytest.mark.anyio
+
+REGISTRY = """
+servers:
+  noisy:
+    command: "@PYTHON@"
+    args: ["@NOISY@"]
+    call_timeout: 60
+  raw:
+    command: "@PYTHON@"
+    args: ["@NOISY@"]
+    call_timeout: 5
+  silent:
+    command: "@PYTHON@"
+    args: ["@NOISY@"]
+    call_timeout: 2
+  tasks:
+    command: "@PYTHON@"
+    args: ["@TASKS_SERVER@", "--db", "@TMP@/tasks.db"]
+tools:
+  noisy__echo: {classification: read}
+  noisy__stray: {classification: read}
+  raw__binary: {classification: read}
+  raw__echo: {classification: read}
+  noisy__many_blocks: {classification: read}
+  silent__echo: {classification: read}
+  tasks__list_tasks: {classification: read}
+  tasks__add_task:
+    classification: reversible
+    inverse_tool: tasks__delete_task
+    inverse_args: {id: "{result.id}"}
+"""
+# noisy__huge_text and silent__never are left unclassified: journaled with their results.
+
+
+@pytest.fixture
+def config(write_registry: Callable[[str], Path]) -> Path:
+    return write_registry(REGISTRY.replace("@NOISY@", str(SERVERS / "noisy_server.py")))
+
+
+async def _others_work(client: ProxyClient, title: str) -> None:
+    """The tasks server and the proxy's own tools still answer."""
+    added = await client.call_ok("tasks__add_task", {"title": title})
+    listed = await client.call_ok("tasks__list_tasks")
+    assert added["id"] in [task["id"] for task in listed["tasks"]]
+    assert isinstance(await client.list_checkpoints(), list)
+
+
+async def test_garbage_around_every_answer(
+    proxy: Launcher, config: Path, tasks_env: dict[str, str]
+) -> None:
+    async with proxy(config, env=tasks_env) as client:
+        names = {tool.name for tool in await client.list_tools()}
+        assert {"noisy__echo", "noisy__never", "tasks__add_task"} <= names
+        for n in range(5):
+            reply = await client.call("noisy__echo", {"text": f"hello {n}"})
+            assert (reply.is_error, reply.text) == (False, f"hello {n}")
+        reply = await client.call("noisy__stray")
+        assert (reply.is_error, reply.text) == (False, "after stray answers")
+        await _others_work(client, "after garbage")
+
+
+async def test_bytes_that_are_not_utf8(
+    proxy: Launcher, config: Path, tasks_env: dict[str, str], proxy_log: Callable[[], str]
+) -> None:
+    async with proxy(config, env=tasks_env) as client:
+        reply = await client.call("raw__binary")
+        assert (reply.is_error, reply.text) == (False, "after binary"), reply.text
+        await _others_work(client, "after binary")
+        again = await client.call("raw__echo", {"text": "still here"})
+        assert (again.is_error, again.text) == (False, "still here"), again.text
+    assert "Traceback" not in proxy_log()
+
+
+async def test_only_stray_answers_time_out(
+    proxy: Launcher, config: Path, tasks_env: dict[str, str]
+) -> None:
+    """Answers to ids never sent do not complete a pending call; its call_timeout does."""
+    async with proxy(config, env=tasks_env) as client:
+        started = time.monotonic()
+        reply = await client.call("silent__never")
+        assert reply.is_error
+        assert "did not answer" in reply.text, reply.text
+        assert time.monotonic() - started < 30
+        [change] = [c for c in await client.list_changes() if c["tool"] == "silent__never"]
+        assert change["status"] == "unknown"
+        echo = await client.call("silent__echo", {"text": "ok"})
+        assert (echo.is_error, echo.text) == (False, "ok")
+        await _others_work(client, "after silence")
+
+
+async def test_huge_results(proxy: Launcher, config: Path, tasks_env: dict[str, str]) -> None:
+    size = 20 * 1024 * 1024
+    async with proxy(config, env=tasks_env) as client:
+        huge = await client.call("noisy__huge_text", {"megabytes": 20})
+        assert not huge.is_error, huge.text[:300]
+        assert huge.text == "x" * size
+        [change] = [c for c in await client.list_changes() if c["tool"] == "noisy__huge_text"]
+        assert change["status"] == "ok"
+        many = await client.call("noisy__many_blocks", {"count": 100_000})
+        assert not many.is_error, many.text[:300]
+        assert len(many.raw.content) == 100_000
+        assert many.raw.content[-1].text == "99999"
+        await _others_work(client, "after huge results")
