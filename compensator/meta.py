@@ -18,7 +18,8 @@ __all__ = [
     "parse_undo_to",
 ]
 
-_INT = {"type": "integer", "minimum": 1}
+_MAX_ID = 2**63 - 1  # SQLite's largest integer: no id can be bigger
+_INT = {"type": "integer", "minimum": 1, "maximum": _MAX_ID}
 
 META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
     {
@@ -107,10 +108,11 @@ def _check_keys(tool: str, args: Mapping[str, Any]) -> None:
 
 def _checkpoint_id(tool: str, value: Any) -> int:
     # bool is an int subclass in Python, but `true` is no checkpoint id.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ID:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
         raise MetaArgumentError(
             f"{tool}: checkpoint_id must be a positive integer from `checkpoint` "
-            f"or `list_checkpoints`, got {value!r}"
+            f"or `list_checkpoints`, got {shown}"
         )
     return value
 
