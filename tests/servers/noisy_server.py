@@ -6,7 +6,8 @@ JSON, JSON that is not JSON-RPC, responses to ids never sent, and bytes that are
 
 Tools: `echo` (garbage before and after the answer), `binary` (a non-UTF-8 line first),
 `stray` (answers to unknown ids first), `huge_text` (`megabytes` of text in one block),
-`many_blocks` (`count` text blocks), `never` (only garbage and stray answers, no real one).
+`many_blocks` (`count` text blocks), `never` (only garbage and stray answers, no real one),
+`argv` (its command-line arguments as a JSON list, to show they arrive untouched).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ TOOLS = [
     {"name": "huge_text", "inputSchema": {"type": "object", "properties": {"megabytes": _NUMBER}}},
     {"name": "many_blocks", "inputSchema": {"type": "object", "properties": {"count": _NUMBER}}},
     {"name": "never", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "argv", "inputSchema": {"type": "object", "properties": {}}},
 ]
 
 
@@ -77,6 +79,8 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         count = int(args.get("count", 100_000))
         blocks = [{"type": "text", "text": str(i)} for i in range(count)]
         write(answer(request_id, {"content": blocks}))
+    elif name == "argv":
+        write(answer(request_id, text_result(json.dumps(sys.argv[1:]))))
     elif name == "never":
         write(*TEXT_GARBAGE, *STRAY_ANSWERS)
     else:
