@@ -47,6 +47,26 @@ SEPARATOR = "__"
 PASS_ENV = "COMPENSATOR_PASS_ENV"
 
 
+class _QuietGarbage(logging.Filter):
+    """The SDK logs a full traceback for every stdout line of a server that is not JSON-RPC.
+    A stray print in a server is common and harmless here (the line is dropped), so say it in
+    one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Failed to parse JSONRPC message"):
+            error = record.exc_info[1]
+            first = str(error).splitlines()[0] if error is not None and str(error) else "?"
+            record.msg = "a downstream server wrote a line that is not JSON-RPC; dropped it (%s)"
+            record.args = (first,)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_QuietGarbage())
+
+
 def split_name(name: str) -> tuple[str, str] | None:
     """`tasks__add_task` -> ("tasks", "add_task"); None when the name has no server prefix."""
     server, sep, tool = name.partition(SEPARATOR)
@@ -116,6 +136,9 @@ class Downstream:
             args=list(self.spec.args),
             env=child_environment(self.spec.env),
             cwd=str(self.spec.cwd),
+            # One stray non-UTF-8 byte must not stall the session: with "strict" the SDK's
+            # reader dies on it and every later call to the server times out.
+            encoding_error_handler="replace",
         )
         relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
         async with (
