@@ -17,6 +17,7 @@ from mcp.client.stdio import stdio_client
 from . import _sdk
 from .errors import DownstreamError
 from .registry import ServerSpec
+from .secrets import Concealer
 
 __all__ = [
     "PASS_ENV",
@@ -112,6 +113,11 @@ class Downstream:
     _backoff: float = 0.0
     _retry_at: float | None = None
 
+    def conceal(self, text: str) -> str:
+        """`text` with this server's expanded `${NAME}` values put back as references: an OS
+        error quotes the command line, which may hold a token."""
+        return Concealer(self.spec.expanded)(text)
+
     @property
     def name(self) -> str:
         return self.spec.name
@@ -123,7 +129,7 @@ class Downstream:
         try:
             await self._serve(closing, self._exited)
         except Exception as exc:
-            self.error = self.error or _describe(exc)
+            self.error = self.error or self.conceal(_describe(exc))
             log.error("server %r is unavailable: %s", self.name, self.error)
         finally:
             self.session = None
@@ -162,7 +168,7 @@ class Downstream:
             elif isinstance(exc, TimeoutError):
                 self.error = f"did not finish starting within {_seconds(self.startup_timeout)}"
             else:
-                self.error = _describe(exc)
+                self.error = self.conceal(_describe(exc))
             self.ready.set()  # report now: stopping a stuck process takes seconds more
             raise
         self.error = None

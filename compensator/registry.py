@@ -7,7 +7,7 @@ import enum
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -61,6 +61,8 @@ class ServerSpec:
     """Seconds a call may take before it is abandoned (its effect then unknown); None: no limit."""
     startup_timeout: float | None = None
     """Seconds to spawn, initialize and list tools; None: the pool's (or CLI's) default."""
+    expanded: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The `${NAME}` values this entry expanded, so messages can hide them again."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,6 +270,7 @@ class _Parser:
         self.environ = environ
         self.base = path.absolute().parent
         self.server_names: tuple[str, ...] = ()
+        self.expanded: dict[str, str] = {}
 
     # -- generic checks -------------------------------------------------------------------
 
@@ -359,6 +362,7 @@ class _Parser:
         return {name: self.server(name, spec, f"servers.{name}") for name, spec in raw.items()}
 
     def server(self, name: str, raw: Any, key: str) -> ServerSpec:
+        self.expanded = {}
         self.server_name(name, key)
         raw = self.mapping(raw, key, _SERVER_KEYS, ("command",))
         command = self.expand_string(raw["command"], f"{key}.command")
@@ -377,6 +381,7 @@ class _Parser:
             line=line_of(self.lines, key),
             call_timeout=self.optional(raw, "call_timeout", key, self.seconds),
             startup_timeout=self.optional(raw, "startup_timeout", key, self.seconds),
+            expanded=MappingProxyType(dict(self.expanded)),
         )
 
     def seconds(self, raw: Any, key: str) -> float:
@@ -421,6 +426,7 @@ class _Parser:
         name, default = body.groups()
         value = self.environ.get(name)
         if value or (value is not None and default is None):
+            self.expanded[name] = value
             return value
         if default is not None:
             return default
