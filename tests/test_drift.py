@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pytest_compensator.client import launch_proxy
 from tests.conftest import EXAMPLES
+from tests.faults import tally
 
 TASK_IDS = (1, 2, 3)
 
@@ -126,6 +127,7 @@ def test_out_of_band_changes_are_reported_never_overwritten(tmp_path):
     ):
         portal.call(client.call_ok, "tasks__list_tasks", {})  # the server made its tables
         counter = iter(range(10**6))
+        writes = [0]
 
         @settings(
             max_examples=25,
@@ -149,6 +151,7 @@ def test_out_of_band_changes_are_reported_never_overwritten(tmp_path):
                     value = f"oob-{next(counter)}"
                     out_of_band(db, "UPDATE tasks SET title = ? WHERE id = ?", value, oob_task)
                     oob[oob_task] = value
+                    writes[0] += 1
                     touched_after_oob.discard(oob_task)
 
             report = portal.call(client.undo_to, cp)
@@ -166,3 +169,5 @@ def test_out_of_band_changes_are_reported_never_overwritten(tmp_path):
             assert not undone_ids - set(TASK_IDS)
 
         run()
+        # Each out-of-band write that reached the undo survived it (else an assert above failed).
+        tally("out-of-band write, then undo (verify)", injected=writes[0], survived=writes[0])

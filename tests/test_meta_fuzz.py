@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from compensator.registry import META_TOOLS
 from pytest_compensator.client import ProxyClient, ToolReply, launch_proxy
+from tests.faults import tally
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -28,6 +29,16 @@ FUZZ = settings(
 CALL_LIMIT = 30.0
 """Seconds one call may take: a hung proxy fails the test instead of stalling it."""
 TRIED: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def _report_cases() -> Iterator[None]:
+    """After each test, add the cases it tried to the fault tally (scripts/fault-report)."""
+    before = Counter(TRIED)
+    yield
+    for kind, count in (TRIED - before).items():
+        tally(f"meta fuzz: {kind}", cases=count)
+
 
 _REAL_KEYS = ["label", "checkpoint_id", "dry_run", "force", "tool"]
 _TOOL_NAMES = ["tasks__add_task", "tasks__delete_task", "tasks__list_tasks", "checkpoint"]
@@ -201,12 +212,3 @@ def test_undo_arguments_cannot_choose_a_tool(live: tuple[BlockingPortal, ProxyCl
         assert reply.is_error, reply.text
         assert "unknown argument" in reply.text, reply.text
     assert _call(portal, client, "tasks__list_tasks", {}).value == before
-
-
-def test_zz_report_counts(live: tuple[BlockingPortal, ProxyClient]) -> None:
-    portal, client = live
-    _assert_alive(portal, client)
-    for kind, count in sorted(TRIED.items()):
-        print(f"meta fuzz: {count} calls of {kind}")
-    print(f"meta fuzz: {sum(TRIED.values())} calls in total")
-    assert sum(TRIED.values()) > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from compensator import registry as reg
 from compensator.errors import RegistryError
 from compensator.registry import Registry, parse_registry
+from tests.faults import tally
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = {
@@ -41,7 +43,17 @@ FUZZ = settings(
     database=None,
 )
 TRIED: Counter[str] = Counter()
-"""How many cases each property tried; printed at the end of the module (run with -s)."""
+"""How many cases each property tried, for the fault tally."""
+
+
+@pytest.fixture(autouse=True)
+def _report_cases() -> Iterator[None]:
+    """After each test, add the cases it tried to the fault tally (scripts/fault-report)."""
+    before = Counter(TRIED)
+    yield
+    for kind, count in (TRIED - before).items():
+        tally(f"registry fuzz: {kind}", cases=count)
+
 
 _ALL_KEYS = sorted(
     {
@@ -379,12 +391,3 @@ def test_mutated_shipped_registries(name: str) -> None:
         check(result, f"mutations of {name}")
 
     mutated()
-
-
-def test_zz_report_counts() -> None:
-    """Runs last in this module: how many cases each property tried (shown with -s / -rA)."""
-    total = sum(TRIED.values())
-    for kind, count in sorted(TRIED.items()):
-        print(f"registry fuzz: {count} cases of {kind}")
-    print(f"registry fuzz: {total} cases in total")
-    assert total > 0
