@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["ENV", "tally"]
+__all__ = ["ENV", "cases_tallied", "tally"]
 
 ENV = "COMPENSATOR_FAULT_TALLY"
 _FAULT_FIELDS = ("injected", "survived", "lost", "twice")
@@ -46,3 +49,13 @@ def tally(kind: str, **counts: int) -> None:
         return
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
+
+
+@contextmanager
+def cases_tallied(tried: Counter[str], label: str) -> Iterator[None]:
+    """Tally, as `label: kind`, the cases a test adds to `tried` (a per-module Counter) while
+    the block runs; per test, so it works whichever xdist worker runs which test."""
+    before = Counter(tried)
+    yield
+    for kind, count in (tried - before).items():
+        tally(f"{label}: {kind}", cases=count)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from compensator.registry import META_TOOLS
 from pytest_compensator.client import ProxyClient, ToolReply, launch_proxy
-from tests.faults import tally
+from tests.faults import cases_tallied
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -34,10 +34,8 @@ TRIED: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _report_cases() -> Iterator[None]:
     """After each test, add the cases it tried to the fault tally (scripts/fault-report)."""
-    before = Counter(TRIED)
-    yield
-    for kind, count in (TRIED - before).items():
-        tally(f"meta fuzz: {kind}", cases=count)
+    with cases_tallied(TRIED, "meta fuzz"):
+        yield
 
 
 _REAL_KEYS = ["label", "checkpoint_id", "dry_run", "force", "tool"]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from compensator import registry as reg
 from compensator.errors import RegistryError
 from compensator.registry import Registry, parse_registry
-from tests.faults import tally
+from tests.faults import cases_tallied
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = {
@@ -49,10 +49,8 @@ TRIED: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _report_cases() -> Iterator[None]:
     """After each test, add the cases it tried to the fault tally (scripts/fault-report)."""
-    before = Counter(TRIED)
-    yield
-    for kind, count in (TRIED - before).items():
-        tally(f"registry fuzz: {kind}", cases=count)
+    with cases_tallied(TRIED, "registry fuzz"):
+        yield
 
 
 _ALL_KEYS = sorted(
