@@ -65,7 +65,7 @@ def _check_depth(text: str, path: str) -> None:
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1
+                line = event.start_mark.line + 1 if event.start_mark is not None else 0
                 problem = f"lists and mappings are nested more than {MAX_DEPTH} levels deep"
                 raise located_error(path, line, "", problem, "Flatten the structure")
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
