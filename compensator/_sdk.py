@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.metadata
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +46,7 @@ else:  # pragma: no cover - exercised by the mcp 1.x tox env
 
 ToolLister = Callable[[str | None], Awaitable[types.ListToolsResult]]
 ToolCaller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 def _timeout(seconds: float | None) -> Any:
@@ -65,30 +68,46 @@ async def call_tool_raw(
     name: str,
     arguments: dict[str, Any] | None,
     timeout: float | None = None,
+    progress_callback: ProgressCallback | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> types.CallToolResult:
     """Call a tool without the client's outputSchema re-validation, so any reply passes as-is.
 
     Cancelling the awaiting task sends `notifications/cancelled` for the request on both
-    lines: 2.x does it itself, 1.x is told here."""
-    request = types.CallToolRequest(
-        params=types.CallToolRequestParams(name=name, arguments=arguments),
-    )
+    lines: 2.x does it itself, 1.x is told here. With `progress_callback` the request carries
+    a progress token and each `notifications/progress` for it reaches the callback. `meta`
+    is sent as the request's `_meta` (wire JSON, e.g. {"progressToken": "t"})."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta is not None:
+        params["_meta"] = meta
+    request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
     if SDK_MAJOR >= 2:
         result: types.CallToolResult = await session.send_request(
-            request, types.CallToolResult, request_read_timeout_seconds=timeout
+            request,
+            types.CallToolResult,
+            request_read_timeout_seconds=timeout,
+            progress_callback=progress_callback,
         )
         return result
-    return await _send_cancellable_v1(session, request, timeout)  # pragma: no cover
+    return await _send_cancellable_v1(  # pragma: no cover
+        session, request, timeout, progress_callback
+    )
 
 
 async def _send_cancellable_v1(  # pragma: no cover - 1.x only
-    session: ClientSession, request: types.CallToolRequest, timeout: float | None
+    session: ClientSession,
+    request: types.CallToolRequest,
+    timeout: float | None,
+    progress_callback: ProgressCallback | None = None,
 ) -> types.CallToolResult:
     # 1.x numbers requests from `_request_id` and takes the number before its first await.
     request_id = session._request_id
     try:
         result: types.CallToolResult = await session.send_request(
-            _request(request), types.CallToolResult, request_read_timeout_seconds=_timeout(timeout)
+            _request(request),
+            types.CallToolResult,
+            request_read_timeout_seconds=_timeout(timeout),
+            progress_callback=progress_callback,
         )
     except anyio.get_cancelled_exc_class():
         with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_NOTICE_TIMEOUT):
@@ -150,7 +169,8 @@ def _build_server_v2(
         return await list_tools(getattr(params, "cursor", None))
 
     async def on_call_tool(ctx: Any, params: Any) -> types.CallToolResult:
-        return await call_tool(params.name, dict(params.arguments or {}))
+        with _handling_call(ctx.session, ctx.request_id, ctx.meta, params.name):
+            return await call_tool(params.name, dict(params.arguments or {}))
 
     return Server(
         name,
@@ -172,7 +192,9 @@ def _build_server_v1(  # pragma: no cover - 1.x only
 
     async def on_call_tool(request: Any) -> Any:
         arguments = dict(request.params.arguments or {})
-        return types.ServerResult(await call_tool(request.params.name, arguments))
+        ctx = server.request_context
+        with _handling_call(ctx.session, ctx.request_id, ctx.meta, request.params.name):
+            return types.ServerResult(await call_tool(request.params.name, arguments))
 
     server.request_handlers[types.ListToolsRequest] = on_list_tools
     server.request_handlers[types.CallToolRequest] = on_call_tool
@@ -191,3 +213,153 @@ async def serve_stdio(server: Server[Any]) -> None:
         return
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, options)
+
+
+# -- notifications, progress, logging, server-initiated requests (compensator/relay.py) ---
+
+
+@dataclass(kw_only=True)
+class ClientCall:
+    """The client's `tools/call` that the current task is handling: where its progress goes."""
+
+    session: Any
+    request_id: Any
+    progress_token: str | int | None
+    tool: str
+    progress_taken: bool = False
+
+
+CURRENT_CALL: contextvars.ContextVar[ClientCall | None] = contextvars.ContextVar(
+    "compensator_client_call", default=None
+)
+"""Set while a `tools/call` handler runs; calls it makes downstream inherit it."""
+
+
+@contextlib.contextmanager
+def _handling_call(session: Any, request_id: Any, meta: Any, tool: str) -> Iterator[None]:
+    call = ClientCall(
+        session=session, request_id=request_id, progress_token=_progress_token(meta), tool=tool
+    )
+    token = CURRENT_CALL.set(call)
+    try:
+        yield
+    finally:
+        CURRENT_CALL.reset(token)
+
+
+def _progress_token(meta: Any) -> str | int | None:
+    if meta is None:
+        return None
+    if SDK_MAJOR >= 2:  # a TypedDict keyed by the field name
+        token: str | int | None = meta.get("progress_token")
+        return token
+    return getattr(meta, "progressToken", None)  # pragma: no cover - 1.x only
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelayHandlers:
+    """What the proxy's server does with the client messages that are not tool calls.
+
+    `on_client` gets the client's session once it has initialized; `set_level` a
+    `logging/setLevel` level; `roots_changed` is called on `notifications/roots/list_changed`."""
+
+    on_client: Callable[[Any], None]
+    set_level: Callable[[str], Awaitable[None]]
+    roots_changed: Callable[[], Awaitable[None]]
+
+
+def install_relay(server: Server[Any], handlers: RelayHandlers) -> None:
+    """Register the relay's handlers; registering `logging/setLevel` advertises `logging`."""
+    if SDK_MAJOR >= 2:
+        _install_relay_v2(server, handlers)
+    else:  # pragma: no cover - 1.x only
+        _install_relay_v1(server, handlers)
+
+
+def _install_relay_v2(server: Server[Any], handlers: RelayHandlers) -> None:
+    async def on_initialized(ctx: Any, params: Any) -> None:
+        # The session is built per message, but what it sends without a related request id
+        # goes on the connection's own channel, so it stays usable after this notification.
+        handlers.on_client(ctx.session)
+
+    async def on_set_level(ctx: Any, params: Any) -> types.EmptyResult:
+        await handlers.set_level(params.level)
+        return types.EmptyResult()
+
+    async def on_roots_changed(ctx: Any, params: Any) -> None:
+        await handlers.roots_changed()
+
+    server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, on_initialized
+    )
+    server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, on_set_level)
+    server.add_notification_handler(
+        "notifications/roots/list_changed", types.NotificationParams, on_roots_changed
+    )
+
+
+def _install_relay_v1(server: Server[Any], handlers: RelayHandlers) -> None:  # pragma: no cover
+    # 1.x hands notification handlers no session; `run` passes it to `_handle_message`, which
+    # is looked up on the instance, so wrapping it there sees the session of every message.
+    handle_message = server._handle_message
+
+    async def on_message(message: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
+        root = getattr(message, "root", None)
+        if isinstance(root, types.InitializedNotification):
+            handlers.on_client(session)
+        return await handle_message(message, session, *args, **kwargs)
+
+    async def on_set_level(request: Any) -> Any:
+        await handlers.set_level(request.params.level)
+        return types.ServerResult(types.EmptyResult())
+
+    async def on_roots_changed(notification: Any) -> None:
+        await handlers.roots_changed()
+
+    server._handle_message = on_message  # type: ignore[method-assign]
+    server.request_handlers[types.SetLevelRequest] = on_set_level
+    server.notification_handlers[types.RootsListChangedNotification] = on_roots_changed
+
+
+def client_supports(session: Any, capability: str) -> bool:
+    """Whether the client of `session` advertised `capability` (sampling, elicitation, roots)."""
+    if SDK_MAJOR >= 2:
+        capabilities = session.client_capabilities
+    else:  # pragma: no cover - 1.x only
+        params = session.client_params
+        capabilities = params.capabilities if params is not None else None
+    return capabilities is not None and getattr(capabilities, capability, None) is not None
+
+
+def server_supports(session: ClientSession, capability: str) -> bool:
+    """Whether the downstream server of `session` advertised `capability` (e.g. logging)."""
+    if SDK_MAJOR >= 2:
+        capabilities = session.server_capabilities
+    else:  # pragma: no cover - 1.x only
+        capabilities = session.get_server_capabilities()
+    return capabilities is not None and getattr(capabilities, capability, None) is not None
+
+
+async def notify_client(session: Any, notification: Any, related_request_id: Any = None) -> None:
+    """Send a server notification (an unwrapped model such as ToolListChangedNotification)."""
+    if SDK_MAJOR < 2:  # pragma: no cover - 1.x only
+        notification = types.ServerNotification(notification)
+    await session.send_notification(notification, related_request_id=related_request_id)
+
+
+async def ask_client(session: Any, request: Any, result_type: Any) -> Any:
+    """Send a server-to-client request (an unwrapped model such as CreateMessageRequest)."""
+    if SDK_MAJOR < 2:  # pragma: no cover - 1.x only
+        request = types.ServerRequest(request)
+    return await session.send_request(request, result_type)
+
+
+def notification_of(message: Any) -> Any:
+    """The notification model a downstream `message_handler` got, or None for anything else
+    (a transport exception; on 1.x also a request the session did not answer itself)."""
+    if isinstance(message, Exception):
+        return None
+    if SDK_MAJOR >= 2:
+        return message
+    root = getattr(message, "root", None)  # pragma: no cover - 1.x only
+    return root if isinstance(message, types.ServerNotification) else None  # pragma: no cover

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -105,6 +105,8 @@ class Downstream:
     session: ClientSession | None = None
     tools: list[types.Tool] = field(default_factory=list)
     error: str | None = None
+    session_options: dict[str, Any] = field(default_factory=dict)
+    """Extra ClientSession arguments (the relay's callbacks: compensator/relay.py)."""
     ready: anyio.Event = field(default_factory=anyio.Event)
     started_once: bool = False
     _exited: anyio.Event = field(default_factory=anyio.Event)
@@ -152,7 +154,7 @@ class Downstream:
             anyio.create_task_group() as relays,
         ):
             relays.start_soon(self._relay, read, relay_in, exited)
-            async with ClientSession(relay_out, write) as session:
+            async with ClientSession(relay_out, write, **self.session_options) as session:
                 await self._start(session, exited)
                 await _first(closing, exited)
             relays.cancel_scope.cancel()
@@ -226,9 +228,15 @@ class Downstream:
         return None
 
     async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float | None = None
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float | None = None,
+        progress: _sdk.ProgressCallback | None = None,
     ) -> types.CallToolResult:
-        """Forward one call; transport failures raise DownstreamError, isError results return."""
+        """Forward one call; transport failures raise DownstreamError, isError results return.
+
+        `progress` gets the server's progress notifications for the call."""
         session, exited = self.session, self._exited
         if session is None:
             raise DownstreamError(f"server {self.name!r} is not running: {self.error or 'stopped'}")
@@ -240,7 +248,9 @@ class Downstream:
         limit = timeout if timeout is not None else self.spec.call_timeout
         try:
             with anyio.fail_after(limit):
-                return await _sdk.call_tool_raw(session, tool, arguments)
+                return await _sdk.call_tool_raw(
+                    session, tool, arguments, progress_callback=progress
+                )
         except TimeoutError as exc:
             # Abandoning the request sent notifications/cancelled, but it may have run.
             message = f"server {self.name!r} did not answer {tool!r} within {_seconds(limit)}"
@@ -309,14 +319,29 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if isinstance(exc, OSError) else text
 
 
+class Relaying(Protocol):
+    """What the pool asks of compensator/relay.py (a Protocol: this module does not import it)."""
+
+    def bind(self, pool: DownstreamPool) -> None: ...
+
+    def session_options(self, server: str) -> dict[str, Any]: ...
+
+    def progress_for(self, name: str) -> _sdk.ProgressCallback | None: ...
+
+
 class DownstreamPool:
     """All downstream servers, started concurrently; failures are reported, not fatal.
 
     A server that exits is restarted on the next call to it. The tools offered to the client
-    are those of each server's first start, so the client's tool list never changes."""
+    are those of each server's first start, so the client's tool list changes only when a
+    server announces `notifications/tools/list_changed` (`relist`, called by the relay)."""
 
     def __init__(
-        self, specs: Iterable[ServerSpec], *, startup_timeout: float = STARTUP_TIMEOUT
+        self,
+        specs: Iterable[ServerSpec],
+        *,
+        startup_timeout: float = STARTUP_TIMEOUT,
+        relay: Relaying | None = None,
     ) -> None:
         self.servers: dict[str, Downstream] = {
             spec.name: Downstream(
@@ -327,6 +352,11 @@ class DownstreamPool:
         self.routes: dict[str, RoutedTool] = {}
         self._closing = anyio.Event()
         self._group: Any = None
+        self.relay = relay
+        if relay is not None:
+            relay.bind(self)
+            for server in self.servers.values():
+                server.session_options = relay.session_options(server.name)
 
     async def __aenter__(self) -> DownstreamPool:
         self._group = anyio.create_task_group()
@@ -392,7 +422,22 @@ class DownstreamPool:
         problem = await self.ensure_running(routed.server)
         if problem is not None:
             raise DownstreamError(problem)
-        return await self.servers[routed.server].call(routed.original.name, arguments, timeout)
+        progress = self.relay.progress_for(name) if self.relay is not None else None
+        return await self.servers[routed.server].call(
+            routed.original.name, arguments, timeout, progress
+        )
+
+    async def relist(self, server_name: str) -> bool:
+        """List `server_name`'s tools again (it announced a change) and re-route them; False
+        when it is not running (a restart lists them anyway)."""
+        server = self.servers[server_name]
+        await server.ready.wait()
+        session = server.session
+        if session is None:
+            return False
+        server.tools = await _list_all_tools(session)
+        self.routes = _route(self.servers.values())
+        return True
 
 
 def _warn_changed_tools(server: str, before: set[str], after: set[str]) -> None:

@@ -21,6 +21,7 @@ from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .journal import Journal, Status, default_journal_path
 from .redact import redact
 from .registry import Classification, Registry, ToolPolicy, load_registry
+from .relay import Relay
 from .results import parse_result, result_text
 from .templates import Expression
 from .terminal import log_to_stderr
@@ -372,13 +373,16 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
     log.info("journal: %s, session: %s", journal.path, journal.session)
     _report_unknown(journal)
     try:
-        async with DownstreamPool(registry.servers.values()) as pool:
+        # The relay outlives the pool: a refresh it runs may still await a server's answer.
+        relay = Relay()
+        async with relay, DownstreamPool(registry.servers.values(), relay=relay) as pool:
             for name, reason in pool.failures.items():
                 log.error("server %r failed to start and is left out: %s", name, reason)
             proxy = Proxy(registry, journal, pool)
             server = _sdk.build_server(
                 "compensator", __version__, INSTRUCTIONS, proxy.list_tools, proxy.call_tool
             )
+            _sdk.install_relay(server, relay.handlers())
             await _sdk.serve_stdio(server)
     finally:
         journal.close()

@@ -119,14 +119,18 @@ async def launch_proxy(
     cwd: str | os.PathLike[str] | None = None,
     stderr: TextIO | None = None,
     registry: Registry | None = None,
+    session_options: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[ProxyClient]:
     """Start the proxy as a subprocess, initialize a session, and stop it on exit.
 
-    `registry` (loaded by the caller) enables `observe_state`."""
+    `registry` (loaded by the caller) enables `observe_state`. `session_options` are extra
+    `ClientSession` arguments: `sampling_callback`, `elicitation_callback`,
+    `list_roots_callback`, `logging_callback`, `message_handler` (a callback given makes the
+    client advertise that capability)."""
     params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
     async with (
         stdio_client(params, errlog=stderr or sys.stderr) as (read, write),
-        ClientSession(read, write) as session,
+        ClientSession(read, write, **dict(session_options or {})) as session,
     ):
         await session.initialize()
         yield ProxyClient(session, registry)

@@ -1,0 +1,339 @@
+"""Everything between the client and the downstream servers that is not a tool call.
+
+Forwarded: a downstream's `tools/list_changed` (the proxy lists that server's tools again,
+re-routes them, then tells the client), `resources/list_changed` and `prompts/list_changed`
+(refreshed through `on_list_changed` hooks, then told); progress of a forwarded call, under
+the client's own token; log messages (`notifications/message`, the logger prefixed with the
+server name); the client's `logging/setLevel` to every server that offers logging; the
+client's `notifications/roots/list_changed` to every server; and the server-initiated
+requests `sampling/createMessage`, `elicitation/create` and `roots/list` to the client and
+its answer back. A request the client cannot answer (it did not advertise the capability,
+or no client is connected yet) gets a JSON-RPC error that says so.
+
+The downstream servers start before the client connects. Until the client has initialized,
+notifications are dropped (logged at debug level): the client's first `tools/list` sees the
+refreshed tools anyway. A server that asked for roots before then is sent
+`notifications/roots/list_changed` once a client with roots support is connected.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import mcp.types as types
+
+from . import _sdk
+from .downstream import DownstreamPool
+
+__all__ = ["Relay"]
+
+log = logging.getLogger(__name__)
+
+# mcp 2.x warns on every use of logging and roots: protocol 2026-07-28 deprecates them, but
+# stdio sessions negotiate 2025-11-25, where they are current.
+warnings.filterwarnings("ignore", "The (logging|roots) capability is deprecated")
+
+Refresher = Callable[[str], Awaitable[None]]
+"""Called with a server name when that server announced a changed resource or prompt list."""
+
+SET_LEVEL_TIMEOUT = 10.0
+"""Seconds a server gets to answer a forwarded `logging/setLevel`."""
+
+_CHANGED = {
+    "notifications/tools/list_changed": "tools",
+    "notifications/resources/list_changed": "resources",
+    "notifications/prompts/list_changed": "prompts",
+}
+
+_TELL_CLIENT = {
+    "tools": types.ToolListChangedNotification,
+    "resources": types.ResourceListChangedNotification,
+    "prompts": types.PromptListChangedNotification,
+}
+
+_CATALOG_KINDS = {"resources": ("resources", "resource_templates"), "prompts": ("prompts",)}
+
+
+class Relay:
+    """Carries notifications and server-initiated requests across the proxy.
+
+    Use as an async context manager around the pool (its task group runs the refreshes), pass
+    it to `DownstreamPool(relay=...)`, and install `handlers()` on the proxy's server."""
+
+    def __init__(self) -> None:
+        self.pool: DownstreamPool | None = None
+        self.client: Any = None
+        """The client's session once it has initialized, else None."""
+        self.level: str | None = None
+        """The last level the client set with `logging/setLevel`."""
+        self._refreshers: dict[str, Refresher] = {}
+        self._group: Any = None
+        self._refreshing: set[tuple[str, str]] = set()
+        self._again: set[tuple[str, str]] = set()
+        self._roots_asked_early: set[str] = set()
+
+    async def __aenter__(self) -> Relay:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        group, self._group = self._group, None
+        group.cancel_scope.cancel()
+        result: bool | None = await group.__aexit__(*exc_info)
+        return result
+
+    # -- wiring --------------------------------------------------------------------------
+
+    def bind(self, pool: DownstreamPool) -> None:
+        self.pool = pool
+
+    def on_list_changed(self, kind: str, refresh: Refresher) -> None:
+        """Call `refresh(server)` when a server says its `resources` or `prompts` changed,
+        before the client is told. Without a hook the server's own lists are listed again
+        (`Downstream.list_catalog`) when it has that method."""
+        if kind not in _CATALOG_KINDS:
+            raise ValueError(f"on_list_changed: kind must be one of {sorted(_CATALOG_KINDS)}")
+        self._refreshers[kind] = refresh
+
+    def handlers(self) -> _sdk.RelayHandlers:
+        """What the proxy's server calls for the client's non-tool messages."""
+        return _sdk.RelayHandlers(
+            on_client=self.attach_client,
+            set_level=self.set_level,
+            roots_changed=self.roots_changed,
+        )
+
+    def session_options(self, server: str) -> dict[str, Any]:
+        """The ClientSession callbacks for the downstream `server`."""
+
+        async def sampling(context: Any, params: Any) -> Any:
+            with_tools = getattr(params, "tools", None) is not None
+            result = types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult
+            request = types.CreateMessageRequest(params=params)
+            return await self._ask(server, "sampling", request, result)
+
+        async def elicitation(context: Any, params: Any) -> Any:
+            request = types.ElicitRequest(params=params)
+            return await self._ask(server, "elicitation", request, types.ElicitResult)
+
+        async def list_roots(context: Any) -> Any:
+            request = types.ListRootsRequest()
+            return await self._ask(server, "roots", request, types.ListRootsResult)
+
+        async def logging_callback(params: Any) -> None:
+            await self._forward_log(server, params)
+
+        async def message_handler(message: Any) -> None:
+            self._on_message(server, message)
+
+        return {
+            "sampling_callback": sampling,
+            "elicitation_callback": elicitation,
+            "list_roots_callback": list_roots,
+            "logging_callback": logging_callback,
+            "message_handler": message_handler,
+        }
+
+    # -- the client ----------------------------------------------------------------------
+
+    def attach_client(self, session: Any) -> None:
+        """The client finished initializing: from now on notifications reach it."""
+        first = self.client is None
+        self.client = session
+        log.debug("client connected; relaying notifications to it")
+        asked, self._roots_asked_early = self._roots_asked_early, set()
+        if first and asked and _sdk.client_supports(session, "roots"):
+            log.info(
+                "server(s) %s asked for roots before the client connected; telling them the "
+                "roots changed so that they ask again",
+                ", ".join(map(repr, sorted(asked))),
+            )
+            self._start(self._tell_roots_changed, sorted(asked))
+
+    async def set_level(self, level: str) -> None:
+        """Forward the client's `logging/setLevel` to every running server offering logging."""
+        self.level = level
+        for server in self._running():
+            session = server.session
+            if session is None or not _sdk.server_supports(session, "logging"):
+                continue
+            try:
+                with anyio.fail_after(SET_LEVEL_TIMEOUT):
+                    await session.set_logging_level(level)  # type: ignore[arg-type]
+            except Exception as exc:
+                log.warning("server %r: forwarding logging/setLevel failed: %s", server.name, exc)
+
+    async def roots_changed(self) -> None:
+        """Forward the client's `notifications/roots/list_changed` to every running server."""
+        await self._tell_roots_changed([server.name for server in self._running()])
+
+    # -- progress --------------------------------------------------------------------------
+
+    def progress_for(self, name: str) -> _sdk.ProgressCallback | None:
+        """A progress callback for the downstream call of tool `name`, when it is the client's
+        call being handled and the client asked for progress. Only the first downstream call
+        of that tool gets it: a verification read afterwards must not report progress."""
+        call = _sdk.CURRENT_CALL.get()
+        if call is None or call.progress_token is None or call.tool != name:
+            return None
+        if call.progress_taken:
+            return None
+        call.progress_taken = True
+        session, token, request_id = call.session, call.progress_token, call.request_id
+
+        async def forward(progress: float, total: float | None, message: str | None) -> None:
+            try:
+                await session.send_progress_notification(
+                    token, progress, total, message, related_request_id=request_id
+                )
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                log.debug("progress for %s dropped: the client is gone", name)
+
+        return forward
+
+    # -- downstream messages ---------------------------------------------------------------
+
+    def _on_message(self, server: str, message: Any) -> None:
+        # Never await a request on the downstream session here: 1.29 handles messages inline
+        # in the session's receive loop, so it would wait for itself. Start a task instead.
+        notification = _sdk.notification_of(message)
+        kind = _CHANGED.get(getattr(notification, "method", ""))
+        if kind is not None:
+            self._changed(server, kind)
+
+    def _changed(self, server: str, kind: str) -> None:
+        key = (server, kind)
+        if key in self._refreshing:
+            self._again.add(key)  # one more round once the running one ends
+            return
+        self._refreshing.add(key)
+        self._start(self._refresh_rounds, server, kind)
+
+    async def _refresh_rounds(self, server: str, kind: str) -> None:
+        key = (server, kind)
+        try:
+            while True:
+                self._again.discard(key)
+                await self._refresh(server, kind)
+                if key not in self._again:
+                    return
+        finally:
+            self._refreshing.discard(key)
+
+    async def _refresh(self, server: str, kind: str) -> None:
+        pool = self.pool
+        if pool is None or server not in pool.servers:
+            return
+        try:
+            if kind == "tools":
+                if not await pool.relist(server):
+                    return
+                log.info(
+                    "server %r changed its tools; now %d", server, len(pool.servers[server].tools)
+                )
+            else:
+                await self._refresh_catalog(server, kind)
+        except Exception as exc:
+            log.warning("server %r announced new %s, listing them failed: %s", server, kind, exc)
+            return
+        await self._tell_client(_TELL_CLIENT[kind](), f"{kind}/list_changed from {server!r}")
+
+    async def _refresh_catalog(self, server: str, kind: str) -> None:
+        refresh = self._refreshers.get(kind)
+        if refresh is not None:
+            await refresh(server)
+            return
+        assert self.pool is not None
+        downstream = self.pool.servers[server]
+        list_catalog = getattr(downstream, "list_catalog", None)
+        session = downstream.session
+        if list_catalog is not None and session is not None:
+            await list_catalog(session, _CATALOG_KINDS[kind])
+
+    async def _forward_log(self, server: str, params: Any) -> None:
+        logger = f"{server}/{params.logger}" if params.logger else server
+        forwarded = types.LoggingMessageNotification(
+            params=types.LoggingMessageNotificationParams(
+                level=params.level, logger=logger, data=params.data
+            )
+        )
+        await self._tell_client(forwarded, f"a {params.level} log message from {server!r}")
+
+    async def _tell_client(self, notification: Any, what: str) -> None:
+        client = self.client
+        if client is None:
+            log.debug("no client connected yet; dropped %s", what)
+            return
+        try:
+            await _sdk.notify_client(client, notification)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            log.debug("the client is gone; dropped %s", what)
+
+    async def _tell_roots_changed(self, servers: list[str]) -> None:
+        if self.pool is None:
+            return
+        for name in servers:
+            session = self.pool.servers[name].session
+            if session is None:
+                continue
+            try:
+                await session.send_roots_list_changed()
+            except Exception as exc:
+                log.warning("server %r: forwarding roots/list_changed failed: %s", name, exc)
+
+    # -- server-initiated requests -----------------------------------------------------------
+
+    async def _ask(self, server: str, capability: str, request: Any, result_type: Any) -> Any:
+        """Put a downstream's request to the client; its answer, or an ErrorData saying why
+        there is none."""
+        client = self.client
+        method = request.method
+        if client is None:
+            if capability == "roots":
+                self._roots_asked_early.add(server)
+            return _error(
+                f"server {server!r} sent {method} before a client connected to the compensator; "
+                "nobody can answer it yet. Send it again once a client is connected"
+            )
+        if not _sdk.client_supports(client, capability):
+            return _error(
+                f"the client connected to the compensator does not support {capability} (it "
+                f"did not advertise the {capability!r} capability), so {method} from server "
+                f"{server!r} cannot be answered"
+            )
+        try:
+            return await _sdk.ask_client(client, request, result_type)
+        except _sdk.SDKError as exc:
+            return exc.error  # the client's own error, passed on as it is
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return _error(f"the client disconnected before answering {method} from {server!r}")
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _running(self) -> list[Any]:
+        if self.pool is None:
+            return []
+        return [server for server in self.pool.servers.values() if server.session is not None]
+
+    def _start(self, function: Callable[..., Awaitable[None]], *args: Any) -> None:
+        if self._group is None:
+            log.debug("relay is closed; not starting %s", getattr(function, "__name__", function))
+            return
+        self._group.start_soon(_logged, function, *args)
+
+
+async def _logged(function: Callable[..., Awaitable[None]], *args: Any) -> None:
+    """Run a background step; a failure is logged, never fatal to the proxy."""
+    try:
+        await function(*args)
+    except Exception:
+        log.exception("relaying failed in %s", getattr(function, "__name__", function))
+
+
+def _error(message: str) -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message=message)
