@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib.metadata
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -26,10 +26,13 @@ __all__ = [
     "ToolLister",
     "build_server",
     "call_tool_raw",
+    "connection_closed",
+    "connection_failed",
     "list_tools_page",
     "next_cursor",
     "result_parts",
     "serve_stdio",
+    "streamable_http",
     "tool_to_wire",
 ]
 
@@ -147,6 +150,63 @@ def result_parts(result: types.CallToolResult) -> tuple[Any, list[dict[str, Any]
 def tool_to_wire(tool: types.Tool) -> dict[str, Any]:
     """A tool definition as plain JSON with the protocol's camelCase keys."""
     return tool.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+# -- streamable HTTP downstreams ----------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def streamable_http(
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    on_session_lost: Callable[[], None] | None = None,
+) -> AsyncIterator[tuple[Any, Any]]:
+    """(read, write) streams to the MCP server at `url`, every request carrying `headers`.
+
+    Both lines have `streamable_http_client(url, http_client=...)`, with headers set on the
+    client (1.x httpx, 2.x httpx2; `create_mcp_http_client` makes either, with the SDK's
+    timeouts); 1.x yields a third item (a session-id getter), 2.x only the two streams.
+    `on_session_lost` runs when the server answers 404 to a request that names a session: it
+    no longer knows the session (it restarted), so it did not handle the request. The SDK then
+    fails the request with an error whose text differs by line and server."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    client = create_mcp_http_client(headers=dict(headers) if headers else None)
+    if on_session_lost is not None:
+        callback = on_session_lost
+
+        async def watch(response: Any) -> None:
+            if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+                callback()
+
+        client.event_hooks["response"].append(watch)
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams[0], streams[1]
+
+
+def connection_failed(message: Any) -> bool:
+    """Whether a message from an HTTP transport's read stream is an HTTP client's transport
+    error (httpx or httpx2 `TransportError`: refused, reset, timed out): the server is gone.
+    1.x puts such errors in the stream and leaves the request waiting; 2.x fails the
+    transport instead."""
+    if not isinstance(message, Exception):
+        return False
+    return any(
+        cls.__name__ == "TransportError" and cls.__module__.startswith("httpx")
+        for cls in type(message).__mro__
+    )
+
+
+def connection_closed(exc: BaseException) -> bool:
+    """Whether `exc` is the SDK's own error for a request whose session closed before the
+    answer came (both lines: code -32000, "Connection closed"): it may have been handled."""
+    error = getattr(exc, "error", None)
+    return (
+        isinstance(exc, SDKError)
+        and getattr(error, "code", None) == -32000
+        and getattr(error, "message", None) == "Connection closed"
+    )
 
 
 def build_server(

@@ -4,7 +4,9 @@ The registry is loaded as `serve` loads it, its servers are started, and `lint` 
 
 - error: a tool the registry names (`tools:`, `state:`, `reset:`, `snapshot_tool`, inverse
   steps) that no server offers; tools of a server that failed to start are not reported, the
-  failed server is the error. Exposed names (`server__tool`) over 64 characters are errors too.
+  failed server is the error. A tool whose name in Claude Code, `mcp__<client>__server__tool`
+  (client name `compensator` unless --client-name says otherwise), is over 64 characters is an
+  error too: the client rejects it.
 - error: an expression reading `args.NAME` that the entry's own tool does not declare (first
   field after `args` only, and only when the schema lists `properties`): it is always null.
 - error: literal argument mappings (inverse steps, `snapshot_args`, state probes, resets) that
@@ -39,6 +41,7 @@ from . import _sdk
 from ._yamlnodes import line_of, load_with_lines
 from .downstream import STARTUP_TIMEOUT, DownstreamPool, RoutedTool, split_name
 from .errors import CompensatorError
+from .names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
 from .proxy import registry_environment
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .templates import Expression, Template
@@ -58,8 +61,6 @@ __all__ = [
     "unknown_reads",
 ]
 
-MAX_NAME_LENGTH = 64
-"""The longest tool name MCP clients accept (Claude, OpenAI and others enforce 64)."""
 
 _WIDTH = 100
 _SEVERITY_WIDTH = 9
@@ -172,11 +173,13 @@ def _properties(schema: Mapping[str, Any]) -> list[str]:
 # -- the lint --------------------------------------------------------------------------
 
 
-def lint(registry: Registry, live: LiveView) -> list[Finding]:
-    """Every finding for `registry` against `live`, errors first."""
-    findings = [*_failed_servers(live), *_long_names(live)]
+def lint(registry: Registry, live: LiveView, client: str = CLIENT_NAME) -> list[Finding]:
+    """Every finding for `registry` against `live`, errors first; `client` is the name the
+    client knows the proxy by, part of the tool names it shows."""
+    findings = [*_failed_servers(live), *_long_names(registry, live, client)]
+    prefixes = {spec.exposed_prefix: name for name, spec in registry.servers.items()}
     for reference in _references(registry):
-        findings.extend(_check_reference(reference, live))
+        findings.extend(_check_reference(reference, live, prefixes))
     for policy in registry.tools.values():
         findings.extend(_check_reads(policy, live))
         findings.extend(_check_annotations(policy, live))
@@ -206,19 +209,21 @@ def _failed_servers(live: LiveView) -> Iterator[Finding]:
         yield _error(None, f"servers.{server}", message)
 
 
-def _long_names(live: LiveView) -> Iterator[Finding]:
-    for tool in live.tools.values():
-        excess = len(tool.name) - MAX_NAME_LENGTH
-        if excess <= 0:
-            continue
-        fix = f"Shorten the server name '{tool.server}' by at least {excess}."
-        if excess >= len(tool.server):  # even a one-letter server name is too long
+def _long_names(registry: Registry, live: LiveView, client: str) -> Iterator[Finding]:
+    for name, length in too_long(live.tools, client).items():
+        tool = live.tools[name]
+        spec = registry.servers.get(tool.server)
+        prefix = spec.exposed_prefix if spec is not None else tool.server
+        excess = length - MAX_NAME_LENGTH
+        fix = f"Set a prefix: on servers.{tool.server} at least {excess} shorter than '{prefix}'."
+        if excess >= len(prefix):  # even a one-letter prefix is too long
             fix = "Have the server rename the tool, or leave this server out."
         message = (
-            f"the exposed name is {len(tool.name)} characters; MCP clients reject names "
-            f"over {MAX_NAME_LENGTH}. {fix}"
+            f"the exposed name is {len(name)} characters, and Claude Code shows it as "
+            f"{client_tool_name(name, client)}: {length} characters, over {MAX_NAME_LENGTH} "
+            f"(the most it accepts). {fix}"
         )
-        yield _error(tool.name, f"servers.{tool.server}", message)
+        yield _error(name, f"servers.{tool.server}", message)
 
 
 def _references(registry: Registry) -> Iterator[_Reference]:
@@ -243,12 +248,14 @@ def _policy_references(policy: ToolPolicy) -> Iterator[_Reference]:
         yield _Reference(tool=step.tool, key=key, args=step.args)
 
 
-def _check_reference(reference: _Reference, live: LiveView) -> list[Finding]:
+def _check_reference(
+    reference: _Reference, live: LiveView, prefixes: Mapping[str, str]
+) -> list[Finding]:
     target = live.tools.get(reference.tool)
     if target is not None:
         return [] if reference.args is None else _check_fit(reference.args, target)
     split = split_name(reference.tool)
-    if split is not None and split[0] in live.failures:
+    if split is not None and prefixes.get(split[0], split[0]) in live.failures:
         return []  # the failed server is reported once, as its own error
     close = difflib.get_close_matches(reference.tool, list(live.tools), n=1)
     fix = f"Did you mean '{close[0]}'?" if close else "Fix the name, or remove what uses it."
@@ -426,6 +433,13 @@ def render_json(findings: list[Finding], path: Path) -> str:
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument(
+        "--client-name",
+        default=CLIENT_NAME,
+        help="the name your MCP client knows the proxy by (Claude Code shows its tools as "
+        f"mcp__<name>__server__tool, at most {MAX_NAME_LENGTH} characters; "
+        f"default {CLIENT_NAME})",
+    )
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start and list its tools")
 
 
@@ -440,7 +454,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    findings = locate(lint(registry, live), registry.path)
+    findings = locate(lint(registry, live, args.client_name), registry.path)
     render = render_json if args.json else render_table
     print(render(findings, registry.path))
     return 1 if summary(findings)[0] else 0

@@ -25,6 +25,7 @@ __all__ = [
     "Downstream",
     "DownstreamPool",
     "RoutedTool",
+    "SessionLost",
     "child_environment",
     "split_name",
 ]
@@ -66,6 +67,11 @@ class _QuietGarbage(logging.Filter):
 
 
 logging.getLogger("mcp.client.stdio").addFilter(_QuietGarbage())
+
+# The HTTP clients of `url:` servers log every request at INFO, with its URL, which may hold
+# an expanded ${VAR}: one line per call is noise, and the URL must stay out of logs.
+for _name in ("httpx", "httpx2", "httpcore", "httpcore2"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -114,6 +120,8 @@ class Downstream:
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
     _backoff: float = 0.0
     _retry_at: float | None = None
+    _session_gone: bool = False
+    _calls: set[anyio.CancelScope] = field(default_factory=set)
 
     def conceal(self, text: str) -> str:
         """`text` with this server's expanded `${NAME}` values put back as references: an OS
@@ -124,9 +132,15 @@ class Downstream:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def prefix(self) -> str:
+        """What this server's exposed tool names start with: its `prefix:`, else its name."""
+        return self.spec.exposed_prefix
+
     async def run(self, closing: anyio.Event) -> None:
         """One process life: start, serve until the pool closes or the server exits, stop."""
         self._exited, self._ended = anyio.Event(), anyio.Event()
+        self._session_gone = False
         self.error = None
         try:
             await self._serve(closing, self._exited)
@@ -134,11 +148,18 @@ class Downstream:
             self.error = self.error or self.conceal(_describe(exc))
             log.error("server %r is unavailable: %s", self.name, self.error)
         finally:
+            if self.spec.url is not None and not closing.is_set():
+                self._exited.set()  # the connection ended: calls in flight may have run
             self.session = None
+            for call in list(self._calls):
+                call.cancel()
             self.ready.set()
             self._ended.set()
 
-    async def _serve(self, closing: anyio.Event, exited: anyio.Event) -> None:
+    def _transport(self) -> Any:
+        """The streams to the server: its stdin/stdout for `command`, HTTP for `url`."""
+        if self.spec.url is not None:
+            return _sdk.streamable_http(self.spec.url, self.spec.headers, self._forgotten)
         params = StdioServerParameters(
             command=self.spec.command,
             args=list(self.spec.args),
@@ -148,9 +169,12 @@ class Downstream:
             # reader dies on it and every later call to the server times out.
             encoding_error_handler="replace",
         )
+        return stdio_client(params, errlog=sys.stderr)
+
+    async def _serve(self, closing: anyio.Event, exited: anyio.Event) -> None:
         relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
         async with (
-            stdio_client(params, errlog=sys.stderr) as (read, write),
+            self._transport() as (read, write),
             anyio.create_task_group() as relays,
         ):
             relays.start_soon(self._relay, read, relay_in, exited)
@@ -184,12 +208,16 @@ class Downstream:
         try:
             async with sink:
                 async for message in source:
+                    if _sdk.connection_failed(message):
+                        break  # an HTTP server is unreachable (1.x reports it in the stream)
                     await sink.send(message)
                 # Before the sink closes: a call woken by the close must see why.
                 self.session = None
-                self.error = "exited"
+                self.error = "exited" if self.spec.url is None else "its connection was lost"
                 exited.set()
-                log.error("server %r exited; it will be restarted on the next call", self.name)
+                log.error(
+                    "server %r %s; it will be restarted on the next call", self.name, self.error
+                )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session is being closed
 
@@ -246,22 +274,36 @@ class Downstream:
                 "offers " + (", ".join(t.name for t in self.tools) or "no tools")
             )
         limit = timeout if timeout is not None else self.spec.call_timeout
+        watch = anyio.CancelScope()  # cancelled when this life ends under the call
+        self._calls.add(watch)
         try:
             with anyio.fail_after(limit):
-                return await _sdk.call_tool_raw(
-                    session, tool, arguments, progress_callback=progress
-                )
+                with watch:
+                    return await _sdk.call_tool_raw(
+                        session, tool, arguments, progress_callback=progress
+                    )
+            # 1.x leaves a request waiting when its HTTP transport fails; `run` ends it here.
+            message = (
+                f"server {self.name!r} {self.error or 'stopped'} while handling {tool!r}; "
+                "it will be restarted on the next call"
+            )
+            raise DownstreamError(message, maybe_applied=True)
         except TimeoutError as exc:
             # Abandoning the request sent notifications/cancelled, but it may have run.
             message = f"server {self.name!r} did not answer {tool!r} within {_seconds(limit)}"
             raise DownstreamError(message, maybe_applied=True) from exc
         except (_sdk.SDKError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            if exited.is_set():
+            if exited.is_set() or _sdk.connection_closed(exc):
+                ended = "exited" if self.spec.url is None else "lost its connection"
                 message = (
-                    f"server {self.name!r} exited while handling {tool!r}; "
+                    f"server {self.name!r} {ended} while handling {tool!r}; "
                     "it will be restarted on the next call"
                 )
                 raise DownstreamError(message, maybe_applied=True) from exc
+            if self._session_gone:  # HTTP 404: the server restarted and forgot the session
+                self._lose_session()
+                message = f"server {self.name!r} lost its HTTP session (it restarted)"
+                raise SessionLost(message) from exc
             if isinstance(exc, _sdk.SDKError):  # the server answered with a JSON-RPC error
                 raise DownstreamError(f"server {self.name!r} failed on {tool!r}: {exc}") from exc
             message = f"server {self.name!r} is gone: {_describe(exc)}"
@@ -269,6 +311,24 @@ class Downstream:
         except OSError as exc:
             message = f"server {self.name!r} is gone: {_describe(exc)}"
             raise DownstreamError(message, maybe_applied=True) from exc
+        finally:
+            self._calls.discard(watch)
+
+    def _forgotten(self) -> None:
+        """The server answered 404 for the session (see `_sdk.streamable_http`)."""
+        self._session_gone = True
+
+    def _lose_session(self) -> None:
+        """End this life (the server forgot the session); the next call starts a new one."""
+        self.session = None
+        self.error = "its HTTP session was lost"
+        self._exited.set()
+        log.warning("server %r lost its HTTP session; reconnecting on the next call", self.name)
+
+
+class SessionLost(DownstreamError):
+    """The server answered that it does not know the session: the request was not handled,
+    so it is safe to send again on a new session."""
 
 
 async def _first(*events: anyio.Event) -> None:
@@ -350,6 +410,8 @@ class DownstreamPool:
             for spec in specs
         }
         self.routes: dict[str, RoutedTool] = {}
+        self.prefixes: dict[str, str] = {s.prefix: name for name, s in self.servers.items()}
+        """Exposed prefix (`prefix:`, else the server name) -> server name."""
         self._closing = anyio.Event()
         self._group: Any = None
         self.relay = relay
@@ -391,11 +453,16 @@ class DownstreamPool:
     def missing_reason(self, name: str) -> str:
         """Why no tool `name` is offered, in words a client can act on."""
         split = split_name(name)
-        if split is None or split[0] not in self.servers:
-            return f"no server offers tool {name!r}; known servers: {', '.join(self.servers)}"
-        server = self.servers[split[0]]
+        if split is None or split[0] not in self.prefixes:
+            return f"no server offers tool {name!r}; known servers: {', '.join(self.prefixes)}"
+        server = self.servers[self.prefixes[split[0]]]
         reason = f" (it failed to start: {server.error})" if server.error else ""
-        return f"server {split[0]!r} does not offer tool {split[1]!r}{reason}"
+        return f"server {server.name!r} does not offer tool {split[1]!r}{reason}"
+
+    def server_of(self, name: str) -> str | None:
+        """The server whose prefix the exposed tool `name` starts with, if any."""
+        split = split_name(name)
+        return None if split is None else self.prefixes.get(split[0])
 
     async def ensure_running(self, server_name: str) -> str | None:
         """Restart `server_name` if it exited (within its startup timeout, with backoff after
@@ -423,9 +490,18 @@ class DownstreamPool:
         if problem is not None:
             raise DownstreamError(problem)
         progress = self.relay.progress_for(name) if self.relay is not None else None
-        return await self.servers[routed.server].call(
-            routed.original.name, arguments, timeout, progress
-        )
+        try:
+            return await self.servers[routed.server].call(
+                routed.original.name, arguments, timeout, progress
+            )
+        except SessionLost:
+            # Not handled by the server: send it once more, on a new session.
+            problem = await self.ensure_running(routed.server)
+            if problem is not None:
+                raise DownstreamError(problem) from None
+            return await self.servers[routed.server].call(
+                routed.original.name, arguments, timeout, progress
+            )
 
     async def relist(self, server_name: str) -> bool:
         """List `server_name`'s tools again (it announced a change) and re-route them; False
@@ -455,6 +531,6 @@ def _route(servers: Iterable[Downstream]) -> dict[str, RoutedTool]:
     routes: dict[str, RoutedTool] = {}
     for server in servers:
         for tool in server.tools:
-            exposed = f"{server.name}{SEPARATOR}{tool.name}"
+            exposed = f"{server.prefix}{SEPARATOR}{tool.name}"
             routes[exposed] = RoutedTool(name=exposed, server=server.name, original=tool)
     return routes

@@ -19,6 +19,7 @@ from . import __version__, _sdk, meta
 from .downstream import DownstreamPool, RoutedTool
 from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .journal import Journal, Status, default_journal_path
+from .names import MAX_NAME_LENGTH, client_tool_name, too_long
 from .redact import redact
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .relay import Relay
@@ -378,6 +379,7 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
         async with relay, DownstreamPool(registry.servers.values(), relay=relay) as pool:
             for name, reason in pool.failures.items():
                 log.error("server %r failed to start and is left out: %s", name, reason)
+            _warn_long_names(pool)
             proxy = Proxy(registry, journal, pool)
             server = _sdk.build_server(
                 "compensator", __version__, INSTRUCTIONS, proxy.list_tools, proxy.call_tool
@@ -386,6 +388,22 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
             await _sdk.serve_stdio(server)
     finally:
         journal.close()
+
+
+def _warn_long_names(pool: DownstreamPool) -> None:
+    """Claude Code shows a tool as mcp__<client>__<name> and rejects it over 64 characters."""
+    for name, length in too_long(pool.routes).items():
+        server = pool.routes[name].server
+        log.warning(
+            "tool %s will be %s in Claude Code: %d characters, over its limit of %d, so the "
+            "client rejects it; set a shorter prefix: on servers.%s (e.g. prefix: %s)",
+            name,
+            client_tool_name(name),
+            length,
+            MAX_NAME_LENGTH,
+            server,
+            server[:3].rstrip("_-") or "s",
+        )
 
 
 def _report_unknown(journal: Journal) -> None:

@@ -6,6 +6,7 @@ import difflib
 import enum
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,17 @@ class ServerSpec:
     """Seconds to spawn, initialize and list tools; None: the pool's (or CLI's) default."""
     expanded: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     """The `${NAME}` values this entry expanded, so messages can hide them again."""
+    url: str | None = None
+    """A streamable HTTP endpoint to connect to instead of starting `command` (then empty)."""
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """HTTP headers sent with every request to `url`, `${NAME}` expanded."""
+    prefix: str | None = None
+    """Replaces `name` in the exposed tool names: `prefix__tool`."""
+
+    @property
+    def exposed_prefix(self) -> str:
+        """What exposed tool names of this server start with (before `__`)."""
+        return self.prefix or self.name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,7 +210,19 @@ def _unreadable(file: Path, problem: str, fix: str) -> RegistryError:
 
 _TOP_KEYS = ("servers", "defaults", "state", "reset", "tools")
 _RESET_KEYS = ("tool", "args")
-_SERVER_KEYS = ("command", "args", "env", "cwd", "call_timeout", "startup_timeout")
+_SERVER_KEYS = (
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "call_timeout",
+    "startup_timeout",
+    "url",
+    "headers",
+    "prefix",
+)
+_COMMAND_ONLY_KEYS = ("args", "env", "cwd")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _DEFAULTS_KEYS = ("trust_read_only_hint", "verify")
 _STATE_KEYS = ("tool", "args", "select", "unordered")
 _POLICY_KEYS = (
@@ -270,6 +294,8 @@ class _Parser:
         self.environ = environ
         self.base = path.absolute().parent
         self.server_names: tuple[str, ...] = ()
+        self.prefixes: dict[str, str] = {}
+        """Exposed prefix -> server name, filled once all servers are read."""
         self.expanded: dict[str, str] = {}
 
     # -- generic checks -------------------------------------------------------------------
@@ -359,12 +385,35 @@ class _Parser:
         if not raw:
             raise self.error("servers", "no servers are defined", "Add at least one server.")
         self.server_names = tuple(raw)
-        return {name: self.server(name, spec, f"servers.{name}") for name, spec in raw.items()}
+        specs = {name: self.server(name, spec, f"servers.{name}") for name, spec in raw.items()}
+        self.prefixes = {}
+        for spec in specs.values():
+            other = self.prefixes.setdefault(spec.exposed_prefix, spec.name)
+            if other != spec.name:
+                where = f"servers.{spec.name}" + (".prefix" if spec.prefix else "")
+                problem = (
+                    f"servers '{other}' and '{spec.name}' would both expose their tools as "
+                    f"'{spec.exposed_prefix}__...'"
+                )
+                raise self.error(where, problem, "Give one of them a different prefix:.")
+        return specs
 
     def server(self, name: str, raw: Any, key: str) -> ServerSpec:
         self.expanded = {}
         self.server_name(name, key)
-        raw = self.mapping(raw, key, _SERVER_KEYS, ("command",))
+        raw = self.mapping(raw, key, _SERVER_KEYS)
+        if "url" in raw:
+            return self.http_server(name, raw, key)
+        if "command" not in raw:
+            fix = (
+                "Add 'command:' with the executable that starts the server, or 'url:' with "
+                "the address of a running streamable HTTP server."
+            )
+            raise self.error(f"{key}.command", "missing required key", fix)
+        if "headers" in raw:
+            problem = "headers are sent to a url: server, and this server has command:"
+            fix = "Remove headers (pass settings in env:), or give url: instead of command:."
+            raise self.error(f"{key}.headers", problem, fix)
         command = self.expand_string(raw["command"], f"{key}.command")
         if not command.strip():
             raise self.error(f"{key}.command", "the command is empty", "Name the executable.")
@@ -382,7 +431,72 @@ class _Parser:
             call_timeout=self.optional(raw, "call_timeout", key, self.seconds),
             startup_timeout=self.optional(raw, "startup_timeout", key, self.seconds),
             expanded=MappingProxyType(dict(self.expanded)),
+            prefix=self.optional(raw, "prefix", key, self.tool_prefix),
         )
+
+    def http_server(self, name: str, raw: dict[str, Any], key: str) -> ServerSpec:
+        """A server entry with `url:`: connect over streamable HTTP instead of starting it."""
+        if "command" in raw:
+            fix = (
+                "Keep command: to start a local server over stdio, or url: to connect to a "
+                "running streamable HTTP server, not both."
+            )
+            raise self.error(f"{key}.url", "command and url are both given", fix)
+        for unused in _COMMAND_ONLY_KEYS:
+            if unused in raw:
+                problem = f"{unused} applies to a server started with command:, and this has url:"
+                fix = f"Remove {unused}: a url: server is already running on its own."
+                raise self.error(f"{key}.{unused}", problem, fix)
+        url = self.expand_string(raw["url"], f"{key}.url")
+        parts = urllib.parse.urlsplit(url.strip())
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            # The value is not quoted: it may hold an expanded token.
+            problem = "the url is not an http:// or https:// address with a host"
+            fix = "Write the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp."
+            raise self.error(f"{key}.url", problem, fix)
+        return ServerSpec(
+            name=name,
+            command="",
+            args=(),
+            env=MappingProxyType({}),
+            cwd=self.base,
+            line=line_of(self.lines, key),
+            call_timeout=self.optional(raw, "call_timeout", key, self.seconds),
+            startup_timeout=self.optional(raw, "startup_timeout", key, self.seconds),
+            url=url.strip(),
+            headers=MappingProxyType(self.headers(raw.get("headers", {}), f"{key}.headers")),
+            prefix=self.optional(raw, "prefix", key, self.tool_prefix),
+            expanded=MappingProxyType(dict(self.expanded)),
+        )
+
+    def headers(self, raw: Any, key: str) -> dict[str, str]:
+        self.expect(raw, dict, key)
+        headers: dict[str, str] = {}
+        for name, value in raw.items():
+            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                problem = "a header name may only contain letters, digits and !#$%&'*+-.^_`|~"
+                raise self.error(join_key(key, str(name)), problem, "Fix the header name.")
+            where = join_key(key, name)
+            text = self.expand_string(value, where)
+            if "\r" in text or "\n" in text:
+                problem = "the header value holds a line break"
+                raise self.error(where, problem, "Write the value on one line.")
+            headers[name] = text
+        return headers
+
+    def tool_prefix(self, raw: Any, key: str) -> str:
+        text = self.expect(raw, str, key)
+        if not text:
+            fix = "Write a short name such as fs, or remove prefix: to use the server's name."
+            raise self.error(key, "the prefix is empty", fix)
+        if not _SERVER_NAME.fullmatch(text):
+            problem = "a prefix may only contain letters, digits, '_' and '-'"
+            raise self.error(key, problem, "Write a short name such as fs.")
+        if "__" in text or text.endswith("_"):
+            problem = "a prefix must not contain '__' or end with '_'"
+            fix = "Change the prefix: '__' separates prefix and tool in tool names."
+            raise self.error(key, problem, fix)
+        return text
 
     def seconds(self, raw: Any, key: str) -> float:
         fix = "Write a number of seconds greater than 0, e.g. 30 or 2.5."
@@ -468,18 +582,25 @@ class _Parser:
         if name in META_TOOLS:
             problem = f"'{name}' is a compensator meta tool, not a downstream tool"
             raise self.error(key, problem, "Name a downstream tool as server__tool.")
-        if any(name.startswith(f"{s}__") and len(name) > len(s) + 2 for s in self.server_names):
+        prefixes = list(self.prefixes) or list(self.server_names)
+        if any(name.startswith(f"{s}__") and len(name) > len(s) + 2 for s in prefixes):
             return name
         server, sep, rest = name.partition("__")
         if not (server and sep and rest):
-            fix = f"Prefix it with its server's name, e.g. '{self.server_names[0]}__{name}'."
+            fix = f"Prefix it with its server's name, e.g. '{prefixes[0]}__{name}'."
             raise self.error(key, f"'{name}' is not of the form server__tool", fix)
-        close = difflib.get_close_matches(server, self.server_names, n=1)
+        renamed = next((p for p, s in self.prefixes.items() if s == server and p != s), None)
+        if renamed is not None:
+            problem = f"server '{server}' has prefix: {renamed}, so its tools are {renamed}__..."
+            fix = f"Write '{renamed}__{rest}': the registry names tools as clients see them."
+            raise self.error(key, problem, fix)
+        close = difflib.get_close_matches(server, prefixes, n=1)
         fix = f"Did you mean '{close[0]}__{rest}'?" if close else self.known_servers()
         raise self.error(key, f"'{name}' names unknown server '{server}'", fix)
 
     def known_servers(self) -> str:
-        return f"Known servers: {', '.join(self.server_names)}."
+        shown = [p if p == s else f"{p} (server {s})" for p, s in self.prefixes.items()]
+        return f"Known servers: {', '.join(shown or self.server_names)}."
 
     def tools(self, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]:
         raw = self.expect({} if raw is None else raw, dict, "tools")

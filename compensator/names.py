@@ -1,0 +1,27 @@
+"""How long the tool names that clients show are: Claude Code calls a tool of an MCP server it
+knows as CLIENT `mcp__CLIENT__TOOL` and rejects names over 64 characters. `compensator serve`
+warns about such names at start-up and `compensator check` reports them as errors, both
+counting the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["CLIENT_NAME", "MAX_NAME_LENGTH", "client_tool_name", "too_long"]
+
+CLIENT_NAME = "compensator"
+"""The name a client is assumed to know the proxy by (`claude mcp add compensator ...`)."""
+
+MAX_NAME_LENGTH = 64
+"""The longest tool name MCP clients accept (Claude, OpenAI and others enforce 64)."""
+
+
+def client_tool_name(exposed: str, client: str = CLIENT_NAME) -> str:
+    """`tasks__add` -> `mcp__compensator__tasks__add`: the name Claude Code shows and checks."""
+    return f"mcp__{client}__{exposed}"
+
+
+def too_long(exposed: Iterable[str], client: str = CLIENT_NAME) -> dict[str, int]:
+    """The exposed names whose client name is over MAX_NAME_LENGTH, with that length."""
+    lengths = {name: len(client_tool_name(name, client)) for name in exposed}
+    return {name: length for name, length in lengths.items() if length > MAX_NAME_LENGTH}
