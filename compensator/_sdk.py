@@ -21,6 +21,7 @@ from . import _stdio
 __all__ = [
     "SDK_MAJOR",
     "SDK_VERSION",
+    "CatalogHandlers",
     "SDKError",
     "ToolCaller",
     "ToolLister",
@@ -215,11 +216,20 @@ def build_server(
     instructions: str,
     list_tools: ToolLister,
     call_tool: ToolCaller,
+    *,
+    catalog: CatalogHandlers | None = None,
 ) -> Server[Any]:
-    """A low-level server whose tool handlers skip the SDK's own validation and caching."""
+    """A low-level server whose tool handlers skip the SDK's own validation and caching.
+
+    `catalog` adds the resource, prompt and completion handlers that are not None (each
+    capability is advertised only when its handler is given)."""
     if SDK_MAJOR >= 2:
-        return _build_server_v2(name, version, instructions, list_tools, call_tool)
-    return _build_server_v1(name, version, instructions, list_tools, call_tool)  # pragma: no cover
+        server = _build_server_v2(name, version, instructions, list_tools, call_tool)
+    else:  # pragma: no cover - 1.x only
+        server = _build_server_v1(name, version, instructions, list_tools, call_tool)
+    if catalog is not None:
+        _add_catalog(server, catalog)
+    return server
 
 
 def _build_server_v2(
@@ -273,6 +283,232 @@ async def serve_stdio(server: Server[Any]) -> None:
         return
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, options)
+
+
+# -- resources, prompts and completion (compensator/catalog.py) -------------------------
+
+PageLister = Callable[[str | None], Awaitable[Any]]
+PromptGetter = Callable[[str, dict[str, str] | None], Awaitable[types.GetPromptResult]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogHandlers:
+    """The proxy's resource, prompt and completion handlers, in SDK-neutral signatures.
+
+    Listers take the client's cursor; `read_resource` the URI; `subscribe_resource` and
+    `unsubscribe_resource` the URI and the client's session (to send
+    `notifications/resources/updated` on later); `get_prompt` the name and arguments;
+    `complete` the request's params as a wire dict (`ref`, `argument`, `context`). Results are
+    the SDK's result models. The flags set the advertised `resources.subscribe`,
+    `resources.listChanged` and `prompts.listChanged`."""
+
+    list_resources: PageLister | None = None
+    list_resource_templates: PageLister | None = None
+    read_resource: Callable[[str], Awaitable[types.ReadResourceResult]] | None = None
+    subscribe_resource: Callable[[str, Any], Awaitable[None]] | None = None
+    unsubscribe_resource: Callable[[str, Any], Awaitable[None]] | None = None
+    list_prompts: PageLister | None = None
+    get_prompt: PromptGetter | None = None
+    complete: Callable[[dict[str, Any]], Awaitable[types.CompleteResult]] | None = None
+    resources_subscribe: bool = False
+    resources_list_changed: bool = False
+    prompts_list_changed: bool = False
+
+
+def _add_catalog(server: Server[Any], handlers: CatalogHandlers) -> None:
+    if SDK_MAJOR >= 2:
+        _add_catalog_v2(server, handlers)
+    else:  # pragma: no cover - 1.x only
+        _add_catalog_v1(server, handlers)
+    _adjust_capabilities(server, handlers)
+
+
+def _cursor(params: Any) -> str | None:
+    cursor: str | None = getattr(params, "cursor", None) if params is not None else None
+    return cursor
+
+
+def _add_catalog_v2(server: Server[Any], h: CatalogHandlers) -> None:
+    add = server.add_request_handler
+
+    def lister(method: str, handler: PageLister | None) -> None:
+        if handler is None:
+            return
+
+        async def on_list(ctx: Any, params: Any) -> Any:
+            return await handler(_cursor(params))
+
+        add(method, types.PaginatedRequestParams, on_list)
+
+    lister("resources/list", h.list_resources)
+    lister("resources/templates/list", h.list_resource_templates)
+    lister("prompts/list", h.list_prompts)
+    read, get, complete = h.read_resource, h.get_prompt, h.complete
+    if read is not None:
+
+        async def on_read(ctx: Any, params: Any) -> Any:
+            return await read(str(params.uri))
+
+        add("resources/read", types.ReadResourceRequestParams, on_read)
+    for method, params_type, handler in (
+        ("resources/subscribe", types.SubscribeRequestParams, h.subscribe_resource),
+        ("resources/unsubscribe", types.UnsubscribeRequestParams, h.unsubscribe_resource),
+    ):
+        if handler is not None:
+            add(method, params_type, _v2_subscriber(handler))
+    if get is not None:
+
+        async def on_get(ctx: Any, params: Any) -> Any:
+            return await get(params.name, params.arguments)
+
+        add("prompts/get", types.GetPromptRequestParams, on_get)
+    if complete is not None:
+
+        async def on_complete(ctx: Any, params: Any) -> Any:
+            return await complete(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+        add("completion/complete", types.CompleteRequestParams, on_complete)
+
+
+def _v2_subscriber(handler: Callable[[str, Any], Awaitable[None]]) -> Any:
+    async def on_subscription(ctx: Any, params: Any) -> Any:
+        await handler(str(params.uri), ctx.session)
+        return types.EmptyResult()
+
+    return on_subscription
+
+
+def _add_catalog_v1(server: Server[Any], h: CatalogHandlers) -> None:  # pragma: no cover
+    handlers = server.request_handlers
+
+    def lister(request_type: Any, handler: PageLister | None) -> None:
+        if handler is None:
+            return
+
+        async def on_list(request: Any) -> Any:
+            return types.ServerResult(await handler(_cursor(request.params)))
+
+        handlers[request_type] = on_list
+
+    lister(types.ListResourcesRequest, h.list_resources)
+    lister(types.ListResourceTemplatesRequest, h.list_resource_templates)
+    lister(types.ListPromptsRequest, h.list_prompts)
+    read, get, complete = h.read_resource, h.get_prompt, h.complete
+    if read is not None:
+
+        async def on_read(request: Any) -> Any:
+            return types.ServerResult(await read(str(request.params.uri)))
+
+        handlers[types.ReadResourceRequest] = on_read
+    for request_type, handler in (
+        (types.SubscribeRequest, h.subscribe_resource),
+        (types.UnsubscribeRequest, h.unsubscribe_resource),
+    ):
+        if handler is not None:
+            handlers[request_type] = _v1_subscriber(server, handler)
+    if get is not None:
+
+        async def on_get(request: Any) -> Any:
+            return types.ServerResult(await get(request.params.name, request.params.arguments))
+
+        handlers[types.GetPromptRequest] = on_get
+    if complete is not None:
+
+        async def on_complete(request: Any) -> Any:
+            params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return types.ServerResult(await complete(params))
+
+        handlers[types.CompleteRequest] = on_complete
+
+
+def _v1_subscriber(  # pragma: no cover - 1.x only
+    server: Server[Any], handler: Callable[[str, Any], Awaitable[None]]
+) -> Any:
+    async def on_subscription(request: Any) -> Any:
+        await handler(str(request.params.uri), server.request_context.session)
+        return types.ServerResult(types.EmptyResult())
+
+    return on_subscription
+
+
+def _adjust_capabilities(server: Server[Any], h: CatalogHandlers) -> None:
+    """Advertise `resources.subscribe` and the resources/prompts `listChanged` flags as given:
+    1.x always says subscribe=false, and both lines take listChanged from one
+    NotificationOptions shared with tools."""
+    derive = server.get_capabilities
+    changed = "list_changed" if SDK_MAJOR >= 2 else "listChanged"
+    modern: Any = ()
+    if SDK_MAJOR >= 2:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS as modern
+
+    def get_capabilities(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = derive(*args, **kwargs)
+        if kwargs.get("protocol_version") in modern:
+            return capabilities  # 2026-07-28+: the SDK derives them from subscriptions/listen
+        if capabilities.resources is not None:
+            capabilities.resources.subscribe = h.resources_subscribe
+            setattr(capabilities.resources, changed, h.resources_list_changed)
+        if capabilities.prompts is not None:
+            setattr(capabilities.prompts, changed, h.prompts_list_changed)
+        return capabilities
+
+    server.get_capabilities = get_capabilities  # type: ignore[method-assign]
+
+
+def to_wire(model: Any) -> dict[str, Any]:
+    """Any protocol model as plain JSON with the protocol's camelCase keys."""
+    wire: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return wire
+
+
+def sdk_error(code: int, message: str, data: Any = None) -> Exception:
+    """The SDK's error that a request handler raises to answer with a JSON-RPC error."""
+    if SDK_MAJOR >= 2:
+        return SDKError(code, message, data)
+    return SDKError(types.ErrorData(code=code, message=message, data=data))  # pragma: no cover
+
+
+def error_data(exc: Exception) -> tuple[int, str, Any]:
+    """(code, message, data) of an SDKError."""
+    error = exc.error  # type: ignore[attr-defined]
+    return int(error.code), str(error.message), error.data
+
+
+_LIST_FIELDS = {
+    "resources": "resources",
+    "resource_templates": "resource_templates" if SDK_MAJOR >= 2 else "resourceTemplates",
+    "prompts": "prompts",
+}
+
+
+async def list_page(
+    session: ClientSession, kind: str, cursor: str | None
+) -> tuple[list[Any], str | None]:
+    """One page of `resources`, `resource_templates` or `prompts`: (items, next cursor)."""
+    params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+    page = await getattr(session, f"list_{kind}")(params=params)
+    after: str | None = page.next_cursor if SDK_MAJOR >= 2 else page.nextCursor
+    return list(getattr(page, _LIST_FIELDS[kind])), after
+
+
+async def send_wire_request(
+    session: ClientSession,
+    method: str,
+    params: dict[str, Any],
+    request_type: Any,
+    result_type: Any,
+    timeout: float | None = None,
+) -> Any:
+    """Send a request given as wire JSON (`method`, camelCase `params`) and parse its result."""
+    request = request_type.model_validate({"method": method, "params": params})
+    return await session.send_request(
+        _request(request), result_type, request_read_timeout_seconds=_timeout(timeout)
+    )
+
+
+def initialize_capabilities(result: Any) -> dict[str, Any]:
+    """A server's capabilities from its initialize result, as wire JSON."""
+    return to_wire(result.capabilities)
 
 
 # -- notifications, progress, logging, server-initiated requests (compensator/relay.py) ---

@@ -16,6 +16,7 @@ import anyio
 import mcp.types as types
 
 from . import __version__, _sdk, meta
+from .catalog import Catalog
 from .downstream import DownstreamPool, RoutedTool
 from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .journal import Journal, Status, default_journal_path
@@ -376,13 +377,23 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
     try:
         # The relay outlives the pool: a refresh it runs may still await a server's answer.
         relay = Relay()
-        async with relay, DownstreamPool(registry.servers.values(), relay=relay) as pool:
+        pool = DownstreamPool(registry.servers.values(), relay=relay)
+        catalog = Catalog(pool)
+        catalog.watch()  # before the servers start: it forwards their resources/updated
+        relay.on_list_changed("resources", catalog.refresh_resources)
+        relay.on_list_changed("prompts", catalog.refresh_prompts)
+        async with relay, pool:
             for name, reason in pool.failures.items():
                 log.error("server %r failed to start and is left out: %s", name, reason)
             _warn_long_names(pool)
             proxy = Proxy(registry, journal, pool)
             server = _sdk.build_server(
-                "compensator", __version__, INSTRUCTIONS, proxy.list_tools, proxy.call_tool
+                "compensator",
+                __version__,
+                INSTRUCTIONS,
+                proxy.list_tools,
+                proxy.call_tool,
+                catalog=catalog.handlers(),
             )
             _sdk.install_relay(server, relay.handlers())
             await _sdk.serve_stdio(server)
