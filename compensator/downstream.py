@@ -46,9 +46,6 @@ MAX_TOOL_PAGES = 1000
 
 SEPARATOR = "__"
 
-CATALOG = {"resources": "resources", "resource_templates": "resources", "prompts": "prompts"}
-"""The lists `Downstream.list_catalog` keeps, and the capability each needs."""
-
 PASS_ENV = "COMPENSATOR_PASS_ENV"
 
 
@@ -75,6 +72,24 @@ logging.getLogger("mcp.client.stdio").addFilter(_QuietGarbage())
 # an expanded ${VAR}: one line per call is noise, and the URL must stay out of logs.
 for _name in ("httpx", "httpx2", "httpcore", "httpcore2"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+class _ConcealHttpLogs(logging.Filter):
+    """The SDK's HTTP client logs its URL (at DEBUG): put `${NAME}` back for expanded values."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _HTTP_LOG_SECRETS:
+            message = record.getMessage()
+            concealed = Concealer(_HTTP_LOG_SECRETS)(message)
+            if concealed != message:
+                record.msg, record.args = concealed, None
+        return True
+
+
+_HTTP_LOG_SECRETS: dict[str, str] = {}
+"""The `${NAME}` values that `url:` server entries expanded."""
+for _name in ("mcp.client.streamable_http", "httpx", "httpx2"):
+    logging.getLogger(_name).addFilter(_ConcealHttpLogs())
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -113,11 +128,6 @@ class Downstream:
     startup_timeout: float = STARTUP_TIMEOUT
     session: ClientSession | None = None
     tools: list[types.Tool] = field(default_factory=list)
-    capabilities: dict[str, Any] = field(default_factory=dict)
-    """The server's capabilities from its initialize result, as wire JSON."""
-    resources: list[types.Resource] = field(default_factory=list)
-    resource_templates: list[types.ResourceTemplate] = field(default_factory=list)
-    prompts: list[types.Prompt] = field(default_factory=list)
     error: str | None = None
     session_options: dict[str, Any] = field(default_factory=dict)
     """Extra ClientSession arguments (the relay's callbacks: compensator/relay.py)."""
@@ -130,6 +140,7 @@ class Downstream:
     _retry_at: float | None = None
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
+    _closing: anyio.Event = field(default_factory=anyio.Event)
 
     def conceal(self, text: str) -> str:
         """`text` with this server's expanded `${NAME}` values put back as references: an OS
@@ -148,6 +159,7 @@ class Downstream:
     async def run(self, closing: anyio.Event) -> None:
         """One process life: start, serve until the pool closes or the server exits, stop."""
         self._exited, self._ended = anyio.Event(), anyio.Event()
+        self._closing = closing
         self._session_gone = False
         self.error = None
         try:
@@ -167,6 +179,7 @@ class Downstream:
     def _transport(self) -> Any:
         """The streams to the server: its stdin/stdout for `command`, HTTP for `url`."""
         if self.spec.url is not None:
+            _HTTP_LOG_SECRETS.update(self.spec.expanded)
             return _sdk.streamable_http(self.spec.url, self.spec.headers, self._forgotten)
         params = StdioServerParameters(
             command=self.spec.command,
@@ -194,8 +207,7 @@ class Downstream:
     async def _start(self, session: ClientSession, exited: anyio.Event) -> None:
         try:
             with anyio.fail_after(self.startup_timeout):
-                initialized = await session.initialize()
-                self.capabilities = _sdk.initialize_capabilities(initialized)
+                await session.initialize()
                 self.tools = await _list_all_tools(session)
         except Exception as exc:
             if exited.is_set():
@@ -206,32 +218,11 @@ class Downstream:
                 self.error = self.conceal(_describe(exc))
             self.ready.set()  # report now: stopping a stuck process takes seconds more
             raise
-        await self.list_catalog(session)
         self.error = None
         self.started_once = True
         self.session = session
         log.info("server %r ready with %d tools", self.name, len(self.tools))
         self.ready.set()
-
-    async def list_catalog(self, session: ClientSession, kinds: Iterable[str] = CATALOG) -> None:
-        """List the server's resources, resource templates and prompts (those of `kinds` that
-        its capabilities advertise). A failure leaves that list as it was and is logged: it
-        does not stop the server's tools from being offered."""
-        for kind in kinds:
-            if CATALOG[kind] not in self.capabilities:
-                setattr(self, kind, [])
-                continue
-            try:
-                with anyio.fail_after(self.startup_timeout):
-                    setattr(self, kind, await _list_all(session, kind))
-            except Exception as exc:
-                why = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
-                log.warning(
-                    "server %r: listing its %s failed (%s); they are not offered",
-                    self.name,
-                    kind.replace("_", " "),
-                    self.conceal(why),
-                )
 
     async def _relay(self, source: Any, sink: Any, exited: anyio.Event) -> None:
         """Pass the server's messages on, and notice when its output ends: it exited."""
@@ -241,9 +232,11 @@ class Downstream:
                     if _sdk.connection_failed(message):
                         break  # an HTTP server is unreachable (1.x reports it in the stream)
                     await sink.send(message)
+                if self._closing.is_set():
+                    return  # an HTTP transport ends its stream when the pool closes it
                 # Before the sink closes: a call woken by the close must see why.
                 self.session = None
-                self.error = "exited" if self.spec.url is None else "its connection was lost"
+                self.error = "exited" if self.spec.url is None else "lost its connection"
                 exited.set()
                 log.error(
                     "server %r %s; it will be restarted on the next call", self.name, self.error
@@ -313,9 +306,10 @@ class Downstream:
                         session, tool, arguments, progress_callback=progress
                     )
             # 1.x leaves a request waiting when its HTTP transport fails; `run` ends it here.
+            ended = "exited" if self.spec.url is None else "lost its connection"
             message = (
-                f"server {self.name!r} {self.error or 'stopped'} while handling {tool!r}; "
-                "it will be restarted on the next call"
+                f"server {self.name!r} {ended} while handling {tool!r} "
+                f"({self.error or 'stopped'}); it will be restarted on the next call"
             )
             raise DownstreamError(message, maybe_applied=True)
         except TimeoutError as exc:
@@ -387,18 +381,6 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
         if not cursor:
             return tools
     raise DownstreamError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
-
-
-async def _list_all(session: ClientSession, kind: str) -> list[Any]:
-    items: list[Any] = []
-    cursor: str | None = None
-    for _ in range(MAX_TOOL_PAGES):
-        page, cursor = await _sdk.list_page(session, kind, cursor)
-        items.extend(page)
-        if not cursor:
-            return items
-    what = kind.replace("_", " ")
-    raise DownstreamError(f"{what} listing did not end after {MAX_TOOL_PAGES} pages")
 
 
 def child_environment(explicit: Mapping[str, str]) -> dict[str, str] | None:

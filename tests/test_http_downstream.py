@@ -9,6 +9,7 @@ on the same port is reconnected on the next call.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -18,9 +19,12 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from compensator.errors import RegistryError
 from compensator.registry import parse_registry
+from pytest_compensator.client import ProxyClient
 
 from .conftest import REPO, SERVERS, Launcher
 
@@ -236,6 +240,33 @@ async def test_unreachable_url_is_left_out_with_a_reason(
     log = proxy_log()
     assert "server 'kv' failed to start" in log
     assert TOKEN not in log
+
+
+async def test_debug_logs_keep_expanded_values_out(http_server: HttpServer, tmp_path: Path) -> None:
+    """At DEBUG the SDK logs the URL it connects to; a token in it is put back as ${KV_TOKEN}."""
+    config = tmp_path / "debug.yaml"
+    config.write_text(
+        f"servers:\n  kv:\n    url: 'http://127.0.0.1:{http_server.port}/mcp?key=${{KV_TOKEN}}'\n"
+        "    headers: {X-Api-Key: '${KV_TOKEN}'}\n"
+    )
+    args = ["-m", "compensator.proxy", "--config", str(config), "--db", str(tmp_path / "j.db")]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[*args, "--log-level", "DEBUG"],
+        env={**os.environ, **ENV},
+    )
+    log = tmp_path / "debug.log"
+    with log.open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            client = ProxyClient(session)
+            assert await client.call_ok("kv__header", {"name": "x-api-key"}) == {"value": TOKEN}
+    text = log.read_text()
+    assert "key=${KV_TOKEN}" in text  # the URL was logged, with the reference put back
+    assert TOKEN not in text
 
 
 # -- registry errors for url:, headers: ------------------------------------------------------
