@@ -46,6 +46,9 @@ MAX_TOOL_PAGES = 1000
 
 SEPARATOR = "__"
 
+CATALOG = {"resources": "resources", "resource_templates": "resources", "prompts": "prompts"}
+"""The lists `Downstream.list_catalog` keeps, and the capability each needs."""
+
 PASS_ENV = "COMPENSATOR_PASS_ENV"
 
 
@@ -128,6 +131,11 @@ class Downstream:
     startup_timeout: float = STARTUP_TIMEOUT
     session: ClientSession | None = None
     tools: list[types.Tool] = field(default_factory=list)
+    capabilities: dict[str, Any] = field(default_factory=dict)
+    """The server's capabilities from its initialize result, as wire JSON."""
+    resources: list[types.Resource] = field(default_factory=list)
+    resource_templates: list[types.ResourceTemplate] = field(default_factory=list)
+    prompts: list[types.Prompt] = field(default_factory=list)
     error: str | None = None
     session_options: dict[str, Any] = field(default_factory=dict)
     """Extra ClientSession arguments (the relay's callbacks: compensator/relay.py)."""
@@ -207,7 +215,8 @@ class Downstream:
     async def _start(self, session: ClientSession, exited: anyio.Event) -> None:
         try:
             with anyio.fail_after(self.startup_timeout):
-                await session.initialize()
+                initialized = await session.initialize()
+                self.capabilities = _sdk.initialize_capabilities(initialized)
                 self.tools = await _list_all_tools(session)
         except Exception as exc:
             if exited.is_set():
@@ -218,11 +227,32 @@ class Downstream:
                 self.error = self.conceal(_describe(exc))
             self.ready.set()  # report now: stopping a stuck process takes seconds more
             raise
+        await self.list_catalog(session)
         self.error = None
         self.started_once = True
         self.session = session
         log.info("server %r ready with %d tools", self.name, len(self.tools))
         self.ready.set()
+
+    async def list_catalog(self, session: ClientSession, kinds: Iterable[str] = CATALOG) -> None:
+        """List the server's resources, resource templates and prompts (those of `kinds` that
+        its capabilities advertise). A failure leaves that list as it was and is logged: it
+        does not stop the server's tools from being offered."""
+        for kind in kinds:
+            if CATALOG[kind] not in self.capabilities:
+                setattr(self, kind, [])
+                continue
+            try:
+                with anyio.fail_after(self.startup_timeout):
+                    setattr(self, kind, await _list_all(session, kind))
+            except Exception as exc:
+                why = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
+                log.warning(
+                    "server %r: listing its %s failed (%s); they are not offered",
+                    self.name,
+                    kind.replace("_", " "),
+                    self.conceal(why),
+                )
 
     async def _relay(self, source: Any, sink: Any, exited: anyio.Event) -> None:
         """Pass the server's messages on, and notice when its output ends: it exited."""
@@ -381,6 +411,18 @@ async def _list_all_tools(session: ClientSession) -> list[types.Tool]:
         if not cursor:
             return tools
     raise DownstreamError(f"tools/list did not end after {MAX_TOOL_PAGES} pages")
+
+
+async def _list_all(session: ClientSession, kind: str) -> list[Any]:
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(MAX_TOOL_PAGES):
+        page, cursor = await _sdk.list_page(session, kind, cursor)
+        items.extend(page)
+        if not cursor:
+            return items
+    what = kind.replace("_", " ")
+    raise DownstreamError(f"{what} listing did not end after {MAX_TOOL_PAGES} pages")
 
 
 def child_environment(explicit: Mapping[str, str]) -> dict[str, str] | None:
