@@ -176,7 +176,7 @@ def _properties(schema: Mapping[str, Any]) -> list[str]:
 def lint(registry: Registry, live: LiveView, client: str = CLIENT_NAME) -> list[Finding]:
     """Every finding for `registry` against `live`, errors first; `client` is the name the
     client knows the proxy by, part of the tool names it shows."""
-    findings = [*_failed_servers(live), *_long_names(registry, live, client)]
+    findings = [*_failed_servers(registry, live), *_long_names(registry, live, client)]
     prefixes = {spec.exposed_prefix: name for name, spec in registry.servers.items()}
     for reference in _references(registry):
         findings.extend(_check_reference(reference, live, prefixes))
@@ -200,11 +200,16 @@ def _warning(tool: str | None, key: str | None, message: str) -> Finding:
     return Finding(severity=Severity.WARNING, tool=tool, key=key, message=message)
 
 
-def _failed_servers(live: LiveView) -> Iterator[Finding]:
+def _failed_servers(registry: Registry, live: LiveView) -> Iterator[Finding]:
     for server, reason in live.failures.items():
+        spec = registry.servers.get(server)
+        if spec is not None and spec.url is not None:
+            how = "Check that the server is running and answers MCP at its url"
+        else:
+            how = "Run its command by hand to see why"
         message = (
             f"server '{server}' failed to start: {reason}. None of its tools could be checked. "
-            f"Run its command by hand to see why, then fix servers.{server}."
+            f"{how}, then fix servers.{server}."
         )
         yield _error(None, f"servers.{server}", message)
 

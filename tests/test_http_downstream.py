@@ -9,6 +9,7 @@ on the same port is reconnected on the next call.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -267,6 +268,28 @@ async def test_debug_logs_keep_expanded_values_out(http_server: HttpServer, tmp_
     text = log.read_text()
     assert "key=${KV_TOKEN}" in text  # the URL was logged, with the reference put back
     assert TOKEN not in text
+
+
+def test_check_reports_an_unreachable_url_server(tmp_path: Path) -> None:
+    config = tmp_path / "down.yaml"
+    config.write_text(
+        f"servers:\n  kv:\n    url: http://127.0.0.1:{_free_port()}/mcp\n"
+        "    headers: {X-Api-Key: '${KV_TOKEN}'}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "compensator.cli", "check", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **ENV},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert finding["key"] == "servers.kv" and finding["severity"] == "error"
+    assert "failed to start" in finding["message"]
+    assert "answers MCP at its url" in finding["message"]
+    assert TOKEN not in result.stdout + result.stderr
 
 
 # -- registry errors for url:, headers: ------------------------------------------------------
