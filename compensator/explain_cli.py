@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from .downstream import STARTUP_TIMEOUT, DownstreamPool, split_name
+from .downstream import STARTUP_TIMEOUT, DownstreamPool
 from .errors import CompensatorError
 from .log_cli import compact
 from .proxy import explain_tool, registry_environment
@@ -42,12 +42,12 @@ async def explain(registry: Registry, tool: str, startup_timeout: float) -> dict
         offered = list(pool.routes)
         explained = explain_tool(registry, pool, tool) if known else None
         failures = dict(pool.failures)
+        server = pool.server_of(tool)
     if explained is None:
         raise CompensatorError(_unknown_tool(tool, [*offered, *registry.tools]))
-    split = split_name(tool)
-    if split is not None and split[0] in failures:
+    if server is not None and server in failures:
         print(
-            f"compensator explain: server {split[0]!r} did not start, so its annotations "
+            f"compensator explain: server {server!r} did not start, so its annotations "
             "are left out; the rest comes from the registry.",
             file=sys.stderr,
         )

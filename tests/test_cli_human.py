@@ -373,14 +373,16 @@ def test_explain_works_when_a_server_does_not_start(write_registry, tasks_env):
             args: ["@TASKS_SERVER@", "--db", "@TMP@/t.db"]
           gone:
             command: "@TMP@/no-such-binary"
+            prefix: g
         tools:
-          gone__wipe: {classification: irreversible}
+          g__wipe: {classification: irreversible}
         """
     )
-    result = cli("explain", "--config", str(config), "gone__wipe", "--startup-timeout", "20")
+    result = cli("explain", "--config", str(config), "g__wipe", "--startup-timeout", "20")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("gone__wipe: irreversible")
+    assert result.stdout.startswith("g__wipe: irreversible")
     assert "undoable   no" in result.stdout
+    # The message names the server, found through its prefix.
     assert "server 'gone' did not start" in result.stderr
     unlisted = cli("explain", "--config", str(config), "tasks__restore_tasks", "--json")
     assert json.loads(unlisted.stdout)["classification"] == "unknown"
