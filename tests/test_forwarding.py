@@ -135,3 +135,11 @@ tools:
         assert change["status"] == "ok"  # journaled (mutating), and counted as done
         assert (await client.undo_to(cp))["skipped"] == []
         assert (await client.call_ok("fid__peek"))["count"] == 0
+
+
+async def test_ping_is_answered_by_the_proxy(proxy, write_registry):
+    config = fidelity_registry(write_registry)
+    async with proxy(config) as client:
+        await client.session.send_ping()
+        # still serving afterwards
+        assert await client.call_ok("fid__echo", {"a": 1}) == {"a": 1}

@@ -940,3 +940,17 @@ reset:
     assert registry.reset[1].args.render({}) == {"rows": 3}
     with pytest.raises(RegistryError, match=r"r\.yaml:4: reset\[0\]\.tool: 'task__reset'"):
         parse_registry(text.replace("tasks__reset", "task__reset"), tmp_path / "r.yaml", {})
+
+
+def test_the_readme_registry_reference_loads(tmp_path: Path) -> None:
+    """The annotated registry in the README is a registry the loader accepts, as written."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Registry reference", 1)[1]
+    text = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    environ = {"COMPENSATOR_PYTHON": "/usr/bin/python3", "API_TOKEN": "t", "REMOTE_TOKEN": "r"}
+    registry = parse_registry(text, tmp_path / "compensators.yaml", environ)
+    remote = registry.servers["remote"]
+    assert (remote.url, remote.exposed_prefix) == ("https://mcp.example.com/mcp", "rm")
+    assert dict(remote.headers) == {"Authorization": "Bearer r"}
+    assert registry.servers["tasks"].call_timeout == 60
+    assert registry.tools["tasks__rename_task"].redact

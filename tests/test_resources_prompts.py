@@ -409,6 +409,9 @@ async def test_subscriptions_reach_the_owning_server_and_updates_come_back(catal
     ]
     updated = [_method_uri(n) for n in proxied.notes]
     assert updated.count(("notifications/resources/updated", "catalog://doc/1")) == 0
+    # Each update is forwarded once, not once per notification path in the proxy.
+    assert updated.count(("notifications/resources/updated", "catalog://doc/2")) == 1
+    assert updated.count(("notifications/resources/updated", "beta://notes/x")) == 1
 
 
 async def test_list_changed_refreshes_the_routes(catalogs, tmp_path):
