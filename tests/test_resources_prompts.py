@@ -218,7 +218,7 @@ async def test_lists_are_the_downstream_lists_merged(catalogs, tmp_path):
         asked = [r for r in await seen(client, "beta") if r["method"] == "resources/list"]
 
     assert capabilities["resources"] == {"subscribe": True, "listChanged": True}
-    assert capabilities["prompts"] == {"listChanged": False}
+    assert capabilities["prompts"] == {"listChanged": True}  # beta's, though alpha's is false
     assert "completions" in capabilities
     # The proxy serves the merged list in one page, having followed the downstream cursors.
     assert resource_pages == 1 and _sdk.next_cursor(first_page) is None
@@ -428,6 +428,21 @@ async def test_list_changed_refreshes_the_routes(catalogs, tmp_path):
     assert "catalog://new/1" not in before
     assert after == [*before, "catalog://new/1"]
     assert contents[0]["text"] == "new 1 of beta"
+
+
+async def test_prompts_list_changed_refreshes_the_prompts(catalogs, tmp_path):
+    log = tmp_path / "stderr.log"
+    async with connect(proxy_parameters(catalogs, tmp_path / "journal.db"), log) as proxied:
+        session = proxied.session
+        client = ProxyClient(session)
+        before = [p["name"] for p in (await all_pages(session, "prompts"))[0]]
+        assert await client.call_ok("beta__add_prompt", {"name": "fresh"}) == "added"
+        await proxied.notification("notifications/prompts/list_changed", None)
+        after = [p["name"] for p in (await all_pages(session, "prompts"))[0]]
+        fresh = await get_prompt(session, "beta__fresh")
+    assert "beta__fresh" not in before
+    assert after == [*before, "beta__fresh"]
+    assert fresh["messages"][0]["content"]["text"] == "[beta] fresh"
 
 
 async def test_failed_lists_leave_the_tools_and_missing_completions_answer_empty(

@@ -8,6 +8,7 @@ pages of 2.
 
 Tools: `touch` (`uri`) sends `notifications/resources/updated` for `uri` when it is subscribed;
 `add_resource` (`uri`) lists one more resource and sends `notifications/resources/list_changed`;
+`add_prompt` (`name`) does the same for a prompt, with `notifications/prompts/list_changed`;
 `seen` (read-only) returns every request this process received, as {"method", "params"}.
 
 `--broken-lists` answers resources/list and prompts/list with an error; `--no-completions`
@@ -119,8 +120,8 @@ class Server:
                     {"role": "assistant", "content": embedded},
                 ]
             }
-        if name == "plain":
-            return {"messages": [_user(f"[{label}] plain")]}
+        if name == "plain" or any(p["name"] == name for p in self.catalog["prompts"]):
+            return {"messages": [_user(f"[{label}] {name}")]}
         raise LookupError(name)
 
     def complete(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +151,10 @@ class Server:
             self.catalog["resources"].append({"uri": uri, "name": "added"})
             self.send({"method": "notifications/resources/list_changed"})
             return _text("added")
+        if name == "add_prompt":
+            self.catalog["prompts"].append({"name": str(arguments.get("name"))})
+            self.send({"method": "notifications/prompts/list_changed"})
+            return _text("added")
         if name == "seen":
             return _text(json.dumps(self.seen))
         return {"content": [{"type": "text", "text": f"no tool {name}"}], "isError": True}
@@ -159,7 +164,8 @@ class Server:
             capabilities = {
                 "tools": {},
                 "resources": {"subscribe": True, "listChanged": True},
-                "prompts": {"listChanged": False},
+                # Only beta says it announces prompt list changes (the proxy merges the flag).
+                "prompts": {"listChanged": self.label == "beta"},
             }
             if self.completions:
                 capabilities["completions"] = {}
@@ -231,6 +237,11 @@ TOOLS = [
         "name": "add_resource",
         "description": "List one more resource and say so.",
         "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}},
+    },
+    {
+        "name": "add_prompt",
+        "description": "List one more prompt and say so.",
+        "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
     },
     {
         "name": "seen",
