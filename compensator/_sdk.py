@@ -643,11 +643,38 @@ async def notify_client(session: Any, notification: Any, related_request_id: Any
     await session.send_notification(notification, related_request_id=related_request_id)
 
 
-async def ask_client(session: Any, request: Any, result_type: Any) -> Any:
-    """Send a server-to-client request (an unwrapped model such as CreateMessageRequest)."""
+async def ask_client(
+    session: Any, request: Any, result_type: Any, related_request_id: Any = None
+) -> Any:
+    """Send a server-to-client request (an unwrapped model such as CreateMessageRequest).
+
+    With `related_request_id` (the client's request being handled) it travels with that
+    request: over streamable HTTP on the POST's response stream, not the session's GET stream."""
     if SDK_MAJOR < 2:  # pragma: no cover - 1.x only
         request = types.ServerRequest(request)
-    return await session.send_request(request, result_type)
+    if related_request_id is None:
+        return await session.send_request(request, result_type)
+    from mcp.shared.message import ServerMessageMetadata
+
+    metadata = ServerMessageMetadata(related_request_id=related_request_id)
+    return await session.send_request(request, result_type, metadata=metadata)
+
+
+def on_client_closed(session: Any, callback: Callable[[], None]) -> None:
+    """Run `callback` when the client connection of `session` closes, where the SDK says so
+    (2.x: the connection's exit stack). On 1.x sending to a closed session raises
+    ClosedResourceError, which is how the relay finds out there."""
+    connection = getattr(session, "_connection", None) if SDK_MAJOR >= 2 else None
+    if connection is not None:
+        connection.exit_stack.callback(callback)
+
+
+def client_key(session: Any) -> Any:
+    """What stays the same for every message of one client connection: 1.x has one
+    ServerSession per connection, 2.x builds one per message around the connection."""
+    if SDK_MAJOR >= 2:
+        return getattr(session, "_connection", session)
+    return session  # pragma: no cover - 1.x only
 
 
 def notification_of(message: Any) -> Any:
@@ -659,3 +686,38 @@ def notification_of(message: Any) -> Any:
         return message
     root = getattr(message, "root", None)  # pragma: no cover - 1.x only
     return root if isinstance(message, types.ServerNotification) else None  # pragma: no cover
+
+
+# -- serving over streamable HTTP (compensator/http_serve.py) ------------------------------
+
+
+def http_session_manager(server: Server[Any], allowed_hosts: list[str] | None) -> Any:
+    """The SDK's StreamableHTTPSessionManager for `server`, with stateful sessions.
+
+    Same module, class and arguments on both lines. `allowed_hosts` (Host header patterns such
+    as "127.0.0.1:*") turns on the SDK's DNS-rebinding protection, Origin limited to the same
+    hosts over http; None leaves it off. Both lines start each session with
+    `server.create_initialization_options()` and no arguments: the default is made to
+    advertise `tools.listChanged`, as `serve_stdio` does."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if allowed_hosts is None:
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    else:
+        origins = [f"http://{host}" for host in allowed_hosts]
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(allowed_hosts),
+            allowed_origins=origins,
+        )
+    create = server.create_initialization_options
+
+    def create_initialization_options(
+        notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return create(options, *args, **kwargs)
+
+    server.create_initialization_options = create_initialization_options  # type: ignore[method-assign]
+    return StreamableHTTPSessionManager(app=server, security_settings=security)

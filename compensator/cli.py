@@ -20,13 +20,15 @@ _EPILOG = """\
 examples:
   compensator serve --config compensators.yaml
   compensator serve --config compensators.yaml --db ./journal.db
+  compensator serve --config compensators.yaml --http 127.0.0.1:8765
   compensator check --config compensators.yaml
   compensator check --config compensators.yaml --json
   compensator log --config compensators.yaml
   compensator undo --config compensators.yaml --to 3 --dry-run
   compensator explain --config compensators.yaml tasks__delete_task
 
-Point your MCP client at `compensator serve` instead of at the servers themselves.
+Point your MCP client at `compensator serve` instead of at the servers themselves
+(with --http, at http://127.0.0.1:8765/mcp; every client shares one journal session).
 Run `compensator check` after editing a registry: it starts the servers and compares
 the registry with the tools they really offer. `log`, `undo` and `explain` do from a
 terminal what the meta tools do for an agent.
@@ -68,9 +70,10 @@ class _Command:
 _COMMANDS = (
     _Command(
         name="serve",
-        help="serve the proxy over stdio (what an MCP client launches)",
+        help="serve the proxy over stdio (what an MCP client launches), or HTTP with --http",
         description="Start the downstream servers of a registry and serve them over stdio, "
-        "journaling every mutating call.",
+        "or over streamable HTTP at http://HOST:PORT/mcp with --http, journaling every "
+        "mutating call.",
         add_arguments=add_serve_arguments,
         run=run_serve,
     ),

@@ -19,6 +19,7 @@ from . import __version__, _sdk, meta
 from .catalog import Catalog
 from .downstream import DownstreamPool, RoutedTool
 from .errors import CompensatorError, DownstreamError, MetaArgumentError
+from .http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
 from .journal import Journal, Status, default_journal_path
 from .names import MAX_NAME_LENGTH, client_tool_name, too_long
 from .redact import redact
@@ -368,8 +369,11 @@ def registry_environment() -> dict[str, str]:
     return {"COMPENSATOR_PYTHON": sys.executable, **os.environ}
 
 
-async def serve(config: Path, db: Path, fsync: bool = False) -> None:
-    """Load the registry, start the downstream servers, and serve one client over stdio."""
+async def serve(
+    config: Path, db: Path, fsync: bool = False, http: HttpEndpoint | None = None
+) -> None:
+    """Load the registry, start the downstream servers, and serve one client over stdio, or
+    any number over streamable HTTP on `http` (compensator/http_serve.py)."""
     registry = load_registry(config, environ=registry_environment())
     journal = Journal(db, fsync=fsync)
     log.info("journal: %s, session: %s", journal.path, journal.session)
@@ -392,11 +396,14 @@ async def serve(config: Path, db: Path, fsync: bool = False) -> None:
                 __version__,
                 INSTRUCTIONS,
                 proxy.list_tools,
-                proxy.call_tool,
+                relay.track_calls(proxy.call_tool),
                 catalog=catalog.handlers(),
             )
             _sdk.install_relay(server, relay.handlers())
-            await _sdk.serve_stdio(server)
+            if http is None:
+                await _sdk.serve_stdio(server)
+            else:
+                await serve_http(server, http)
     finally:
         journal.close()
 
@@ -449,18 +456,40 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "cut loses no journaled call; costs about 1 ms per mutating call. Without it, a "
         "crashed or killed proxy still loses nothing",
     )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio, to any "
+        "number of clients, which share one journal session (checkpoints and undo_to cover "
+        "every client's changes). HOST defaults to 127.0.0.1; any non-loopback address (e.g. "
+        "0.0.0.0) lets anyone who can reach the port call the tools, and prints a warning",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
     log_to_stderr(str(args.log_level).upper())
+    http = None
+    if getattr(args, "http", None) is not None:
+        try:
+            http = listen(args.http)  # before anything starts: a bad value fails at once
+        except HttpError as exc:
+            print(f"compensator: {exc}", file=sys.stderr)
+            return exc.exit_code
+        warning = exposure_warning(http)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
     db = args.db if args.db is not None else default_journal_path(args.config)
     try:
-        anyio.run(serve, args.config, db, args.fsync)
+        anyio.run(serve, args.config, db, args.fsync, http)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if http is not None:
+            http.close()
     return 0
 
 

@@ -14,6 +14,19 @@ The downstream servers start before the client connects. Until the client has in
 notifications are dropped (logged at debug level): the client's first `tools/list` sees the
 refreshed tools anyway. A server that asked for roots before then is sent
 `notifications/roots/list_changed` once a client with roots support is connected.
+
+Several clients (sessions) at once, as `compensator serve --http` allows: a list_changed goes
+to every session. Progress of a call goes to the session that made it (progress is tied to
+the downstream request); log messages that arrive while a session's `tools/call` to that
+server is in flight go to that session, on that call's own stream; a log message no call
+explains goes to every session. A sampling, elicitation or roots request goes to the session
+whose call to that server is in flight (the latest such call), else to the most recently
+active session (the last to initialize or call a tool) that advertised the capability, else
+it gets the error above. "Caused by" is inferred from timing: the SDKs carry no link from a
+downstream's message to the call it belongs to, so whatever a server sends while a call to it
+is in flight is taken to belong to that call. A session that has ended, or cannot be written
+to any more, is forgotten. The last `logging/setLevel` of any session is the level every
+server gets.
 """
 
 from __future__ import annotations
@@ -66,8 +79,10 @@ class Relay:
 
     def __init__(self) -> None:
         self.pool: DownstreamPool | None = None
-        self.client: Any = None
-        """The client's session once it has initialized, else None."""
+        self._clients: dict[Any, Any] = {}
+        """Initialized sessions by `_sdk.client_key`, least recently active first."""
+        self._calls: list[tuple[str | None, _sdk.ClientCall]] = []
+        """Client `tools/call`s in flight: (the server they go to, or None for a meta tool)."""
         self.level: str | None = None
         """The last level the client set with `logging/setLevel`."""
         self._refreshers: dict[str, Refresher] = {}
@@ -141,13 +156,24 @@ class Relay:
 
     # -- the client ----------------------------------------------------------------------
 
+    @property
+    def client(self) -> Any:
+        """The most recently active client session, else None (no client has initialized)."""
+        return next(reversed(self._clients.values()), None)
+
+    @property
+    def clients(self) -> list[Any]:
+        """Every initialized client session, least recently active first."""
+        return list(self._clients.values())
+
     def attach_client(self, session: Any) -> None:
-        """The client finished initializing: from now on notifications reach it."""
-        first = self.client is None
-        self.client = session
-        log.debug("client connected; relaying notifications to it")
-        asked, self._roots_asked_early = self._roots_asked_early, set()
-        if first and asked and _sdk.client_supports(session, "roots"):
+        """A client finished initializing: from now on notifications reach it."""
+        self._touch(session)
+        key = _sdk.client_key(session)
+        _sdk.on_client_closed(session, lambda: self._forget(key))
+        log.debug("client connected (%d now); relaying notifications to it", len(self._clients))
+        if self._roots_asked_early and _sdk.client_supports(session, "roots"):
+            asked, self._roots_asked_early = self._roots_asked_early, set()
             log.info(
                 "server(s) %s asked for roots before the client connected; telling them the "
                 "roots changed so that they ask again",
@@ -167,6 +193,25 @@ class Relay:
                     await session.set_logging_level(level)  # type: ignore[arg-type]
             except Exception as exc:
                 log.warning("server %r: forwarding logging/setLevel failed: %s", server.name, exc)
+
+    def track_calls(self, call_tool: _sdk.ToolCaller) -> _sdk.ToolCaller:
+        """`call_tool` that remembers which session's call is in flight to which server, so
+        that what a server sends meanwhile reaches that session."""
+
+        async def tracked(name: str, arguments: dict[str, Any]) -> Any:
+            call = _sdk.CURRENT_CALL.get()
+            if call is None:
+                return await call_tool(name, arguments)
+            routed = self.pool.route(name) if self.pool is not None else None
+            entry = (routed.server if routed is not None else None, call)
+            self._touch(call.session)
+            self._calls.append(entry)
+            try:
+                return await call_tool(name, arguments)
+            finally:
+                self._calls = [each for each in self._calls if each is not entry]
+
+        return tracked
 
     async def roots_changed(self) -> None:
         """Forward the client's `notifications/roots/list_changed` to every running server."""
@@ -262,17 +307,27 @@ class Relay:
                 level=params.level, logger=logger, data=params.data
             )
         )
-        await self._tell_client(forwarded, f"a {params.level} log message from {server!r}")
+        what = f"a {params.level} log message from {server!r}"
+        call = self._caller(server)
+        if call is not None:
+            try:
+                await _sdk.notify_client(call.session, forwarded, call.request_id)
+                return
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                log.debug("the call's stream is closed; sending %s to every client", what)
+        await self._tell_client(forwarded, what)
 
     async def _tell_client(self, notification: Any, what: str) -> None:
-        client = self.client
-        if client is None:
+        """Send `notification` to every connected client."""
+        if not self._clients:
             log.debug("no client connected yet; dropped %s", what)
             return
-        try:
-            await _sdk.notify_client(client, notification)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            log.debug("the client is gone; dropped %s", what)
+        for key, client in list(self._clients.items()):
+            try:
+                await _sdk.notify_client(client, notification)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                log.debug("a client is gone; dropped %s for it", what)
+                self._forget(key)
 
     async def _tell_roots_changed(self, servers: list[str]) -> None:
         if self.pool is None:
@@ -290,30 +345,57 @@ class Relay:
 
     async def _ask(self, server: str, capability: str, request: Any, result_type: Any) -> Any:
         """Put a downstream's request to the client; its answer, or an ErrorData saying why
-        there is none."""
-        client = self.client
+        there is none. The client is the session whose call caused it when one is in flight,
+        else the most recently active session with the capability."""
+        call = self._caller(server)
         method = request.method
-        if client is None:
+        if call is not None:
+            candidates, related = [call.session], call.request_id
+        else:
+            newest = list(reversed(self.clients))
+            able = [each for each in newest if _sdk.client_supports(each, capability)]
+            candidates, related = able or newest[:1], None
+        if not candidates:
             if capability == "roots":
                 self._roots_asked_early.add(server)
             return _error(
                 f"server {server!r} sent {method} before a client connected to the compensator; "
                 "nobody can answer it yet. Send it again once a client is connected"
             )
-        if not _sdk.client_supports(client, capability):
+        if not _sdk.client_supports(candidates[0], capability):
             return _error(
                 f"the client connected to the compensator does not support {capability} (it "
                 f"did not advertise the {capability!r} capability), so {method} from server "
                 f"{server!r} cannot be answered"
             )
-        try:
-            return await _sdk.ask_client(client, request, result_type)
-        except _sdk.SDKError as exc:
-            return exc.error  # the client's own error, passed on as it is
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            return _error(f"the client disconnected before answering {method} from {server!r}")
+        for client in candidates:  # the next one when a session turns out to be gone
+            try:
+                return await _sdk.ask_client(client, request, result_type, related)
+            except _sdk.SDKError as exc:
+                if not _sdk.connection_closed(exc):
+                    return exc.error  # the client's own error, passed on as it is
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            self._forget(_sdk.client_key(client))
+        return _error(f"the client disconnected before answering {method} from {server!r}")
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _touch(self, session: Any) -> None:
+        """`session` is the most recently active client from now on."""
+        key = _sdk.client_key(session)
+        self._clients.pop(key, None)
+        self._clients[key] = session
+
+    def _forget(self, key: Any) -> None:
+        self._clients.pop(key, None)
+
+    def _caller(self, server: str) -> _sdk.ClientCall | None:
+        """The latest client call in flight to `server` (or a meta tool's, e.g. undo_to)."""
+        for target, call in reversed(self._calls):
+            if target in (server, None):
+                return call
+        return None
 
     def _running(self) -> list[Any]:
         if self.pool is None:

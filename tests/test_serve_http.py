@@ -1,0 +1,513 @@
+"""`compensator serve --http`: the real proxy subprocess serving streamable HTTP, spoken to by
+the SDK's streamable HTTP client, one or several sessions at once.
+
+Every proxy here listens on port 0 (the system picks a free port) and the test reads the URL
+from the line the proxy logs once it serves, polling its stderr with a deadline.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp import ClientSession
+
+from compensator import _sdk
+from pytest_compensator.client import ProxyClient
+
+from .conftest import EXAMPLES, SERVERS
+
+pytestmark = [
+    pytest.mark.anyio,
+    # mcp 2.x deprecates logging and roots for protocol 2026-07-28; HTTP sessions here
+    # negotiate 2025-11-25, where they are current.
+    pytest.mark.filterwarnings("ignore:The .* capability is deprecated"),
+]
+
+START = 30.0
+"""Seconds the proxy gets to start serving (it starts its servers first)."""
+STOP = 15.0
+"""Seconds it gets to stop after SIGTERM."""
+WAIT = 15.0
+"""Seconds to wait for a notification that should come."""
+
+SERVING = re.compile(r"serving MCP over streamable HTTP at (http://\S+)")
+
+ASKER = f"""
+servers:
+  asker:
+    command: "@PYTHON@"
+    args: ["{SERVERS / "asking_server.py"}"]
+"""
+
+
+@dataclass
+class Served:
+    url: str
+    process: subprocess.Popen[bytes]
+    stderr: Path
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def log(self) -> str:
+        return self.stderr.read_text(errors="replace")
+
+    async def stop(self, signum: int = signal.SIGTERM) -> int:
+        """Send `signum` (what Ctrl+C or a service manager sends), then wait for the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        with anyio.move_on_after(STOP):
+            while self.process.poll() is None:
+                await anyio.sleep(0.05)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"the proxy did not stop within {STOP} s of {signum}:\n{self.log()}"
+            )
+        return self.process.returncode
+
+
+def command(config: Path, db: Path, http: str) -> list[str]:
+    serve = [sys.executable, "-m", "compensator", "serve"]
+    return [*serve, "--config", str(config), "--db", str(db), "--http", http]
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Callable[..., Any]:
+    """`async with serve(config, http=...) as served:` runs `compensator serve --http`."""
+    counter = iter(range(100))
+
+    @asynccontextmanager
+    async def start(config: Path, *, http: str = "127.0.0.1:0") -> AsyncIterator[Served]:
+        n = next(counter)
+        stderr = tmp_path / f"serve{n}.log"
+        env = {**os.environ, "COMPENSATOR_WORKDIR": str(tmp_path)}
+        with stderr.open("wb") as err:
+            process = subprocess.Popen(
+                command(config, tmp_path / "journal.db", http),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+            )
+        served = Served(url="", process=process, stderr=stderr)
+        try:
+            with anyio.move_on_after(START):
+                while not (found := SERVING.search(served.log())):
+                    if process.poll() is not None:
+                        raise AssertionError(f"the proxy exited early:\n{served.log()}")
+                    await anyio.sleep(0.05)
+            if not found:
+                raise AssertionError(f"the proxy did not serve within {START} s:\n{served.log()}")
+            served.url = found.group(1)
+            yield served
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    return start
+
+
+class HttpClient(ProxyClient):
+    capabilities: dict[str, Any]
+    """What the proxy advertised in its initialize result (wire JSON)."""
+
+
+@asynccontextmanager
+async def connected(url: str, **options: Any) -> AsyncIterator[HttpClient]:
+    """An initialized MCP session to the proxy at `url`, over the SDK's streamable HTTP client;
+    `options` are ClientSession callbacks."""
+    if url.startswith("http://0.0.0.0:"):
+        url = url.replace("0.0.0.0", "127.0.0.1", 1)
+    async with (
+        _sdk.streamable_http(url) as (read, write),
+        ClientSession(read, write, **options) as session,
+    ):
+        result = await session.initialize()
+        client = HttpClient(session)
+        client.capabilities = _sdk.initialize_capabilities(result)
+        yield client
+
+
+def tool_names(tools: list[types.Tool]) -> set[str]:
+    return {tool.name for tool in tools}
+
+
+# -- one client: tools, journal, undo, clean stop ---------------------------------------------
+
+
+async def test_one_client_lists_calls_and_undoes_over_http(
+    serve: Callable[..., Any], tmp_path: Path
+) -> None:
+    async with serve(EXAMPLES / "compensators.yaml") as served:
+        assert "warning" not in served.log(), served.log()  # loopback: no exposure warning
+        async with connected(served.url) as client:
+            # As over stdio: tools/list_changed is announced, and so is logging.
+            assert client.capabilities["tools"] == {"listChanged": True}, client.capabilities
+            assert "logging" in client.capabilities, client.capabilities
+            names = tool_names(await client.list_tools())
+            assert {"tasks__add_task", "tasks__list_tasks", "checkpoint", "undo_to"} <= names
+            await client.call_ok("tasks__add_task", {"title": "before"})
+            checkpoint = await client.checkpoint("over http")
+            added = await client.call_ok("tasks__add_task", {"title": "after"})
+            await client.call_ok("tasks__complete_task", {"id": 1})
+            changes = await client.list_changes(checkpoint)
+            assert sorted(c["tool"] for c in changes) == ["tasks__add_task", "tasks__complete_task"]
+
+            report = await client.undo_to(checkpoint)
+            assert len(report["undone"]) == 2, report
+            tasks = (await client.call_ok("tasks__list_tasks"))["tasks"]
+            assert [(t["title"], t["status"]) for t in tasks] == [("before", "open")]
+            assert added["id"] not in {t["id"] for t in tasks}
+        code = await served.stop()
+    log = served.log()
+    assert code == 0, log
+    assert "Traceback" not in log, log
+    assert "stopped serving" in log, log
+    # A closed SQLite connection in WAL mode folds its -wal file back and deletes it.
+    assert (tmp_path / "journal.db").exists()
+    assert not (tmp_path / "journal.db-wal").exists(), "the journal was not closed"
+
+
+# -- several clients at once ------------------------------------------------------------------
+
+
+async def test_two_clients_share_one_journal_session(serve: Callable[..., Any]) -> None:
+    async with (
+        serve(EXAMPLES / "compensators.yaml") as served,
+        connected(served.url) as alice,
+        connected(served.url) as bob,
+    ):
+        assert "tasks__add_task" in tool_names(await alice.list_tools())
+        assert "tasks__add_task" in tool_names(await bob.list_tools())
+        checkpoint = await alice.checkpoint()
+        async with anyio.create_task_group() as group:  # both at once
+            group.start_soon(bob.call_ok, "tasks__add_task", {"title": "bob's"})
+            group.start_soon(alice.call_ok, "tasks__add_task", {"title": "alice's"})
+
+        # Alice sees Bob's change in her checkpoint, and her undo_to undoes it too.
+        changes = await alice.list_changes(checkpoint)
+        assert sorted(c["args"]["title"] for c in changes) == ["alice's", "bob's"]
+        assert checkpoint in {cp["id"] for cp in await bob.list_checkpoints()}
+        report = await alice.undo_to(checkpoint)
+        assert len(report["undone"]) == 2, report
+        assert (await bob.call_ok("tasks__list_tasks"))["tasks"] == []
+        # Ctrl+C with two sessions (and their GET streams) open still stops it cleanly.
+        assert await served.stop(signal.SIGINT) == 0, served.log()
+        assert "Traceback" not in served.log(), served.log()
+
+
+class Client:
+    """One session's callbacks and what they saw; `name` goes into its sampling answers."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.notifications: list[Any] = []
+        self.logs: list[dict[str, Any]] = []
+        self.sampled: list[str] = []
+        self._arrived = anyio.Event()
+
+    def _add(self, into: list[Any], item: Any) -> None:
+        into.append(item)
+        self._arrived.set()
+        self._arrived = anyio.Event()
+
+    async def wait(self, what: str, check: Callable[[], bool]) -> None:
+        with anyio.move_on_after(WAIT):
+            while not check():
+                await self._arrived.wait()
+            return
+        raise AssertionError(f"{self.name} got no {what} in {WAIT} s: {self.notifications!r}")
+
+    async def message_handler(self, message: Any) -> None:
+        notification = _sdk.notification_of(message)
+        if notification is not None:
+            self._add(self.notifications, notification)
+
+    async def logging_callback(self, params: Any) -> None:
+        self._add(self.logs, params.model_dump(mode="json"))
+
+    async def sampling_callback(self, context: Any, params: Any) -> Any:
+        self.sampled.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=f"{self.name} answers"),
+            model=f"{self.name}-model",
+        )
+
+    def options(self, *, sampling: bool = True) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "message_handler": self.message_handler,
+            "logging_callback": self.logging_callback,
+        }
+        if sampling:
+            options["sampling_callback"] = self.sampling_callback
+        return options
+
+    def tools_changed(self) -> int:
+        return sum(
+            getattr(n, "method", None) == "notifications/tools/list_changed"
+            for n in self.notifications
+        )
+
+
+async def test_each_session_gets_its_own_calls_traffic_and_every_list_changed(
+    serve: Callable[..., Any], write_registry: Callable[[str], Path]
+) -> None:
+    alice, bob, carol = Client("alice"), Client("bob"), Client("carol")
+    async with AsyncExitStack() as stack:
+        served = await stack.enter_async_context(serve(write_registry(ASKER)))
+        a = await stack.enter_async_context(connected(served.url, **alice.options()))
+        b = await stack.enter_async_context(connected(served.url, **bob.options()))
+        c = await stack.enter_async_context(connected(served.url, **carol.options(sampling=False)))
+
+        # Sampling goes to the session whose call caused it, not the latest one (carol).
+        assert (await a.call_ok("asker__ask_model", {"prompt": "for a"}))["model"] == "alice-model"
+        assert (await b.call_ok("asker__ask_model", {"prompt": "for b"}))["model"] == "bob-model"
+        assert (alice.sampled, bob.sampled) == (["for a"], ["for b"])
+        # Carol cannot sample: her call gets the clear error, not somebody else's model.
+        refused = await c.call("asker__ask_model", {"prompt": "for c"})
+        assert refused.is_error and "does not support sampling" in refused.text, refused.text
+        assert (alice.sampled, bob.sampled) == (["for a"], ["for b"])
+
+        # Log messages of a call go to the caller's session.
+        await a.call_ok("asker__chatty", {"count": 2})
+        await b.call_ok("asker__chatty", {"count": 3})
+        await a.call_ok("asker__chatty", {"count": 1})  # a round trip after bob's call
+        assert [log["logger"] for log in alice.logs] == ["asker/asker"] * 3, alice.logs
+        assert len(bob.logs) == 3 and carol.logs == [], (bob.logs, carol.logs)
+
+        # Progress of a call goes to the caller under the caller's own token.
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            seen.append((done, total, message))
+
+        result = await _sdk.call_tool_raw(a.session, "asker__slow", {"steps": 3}, None, progress)
+        assert not _sdk.result_parts(result)[2]
+        assert [s[0] for s in seen] == [1, 2, 3] and seen[-1][2] == "step 3", seen
+
+        # A changed tool list reaches every session.
+        await c.call_ok("asker__grow", {"name": "sprout"})
+        for client in (alice, bob, carol):
+            await client.wait("tools/list_changed", lambda cl=client: cl.tools_changed() >= 1)
+        assert "asker__sprout" in tool_names(await b.list_tools())
+        assert (await a.call("asker__sprout")).text == "I am sprout"
+        assert await served.stop() == 0
+
+
+# A downstream that asks for roots when told they changed: a server-initiated request that no
+# client call is in flight for. `hello` keeps its session (1.x notification handlers get none).
+# It writes the answers to the file named by its argument: a call to read them would be in
+# flight when the next request comes, and the proxy would send that to the caller.
+ROAMER_SOURCE = """
+import asyncio
+import json
+import os
+import sys
+import mcp.types as types
+try:
+    from mcp.server.fastmcp import Context, FastMCP as MCPServer
+except ModuleNotFoundError:
+    from mcp.server.mcpserver import Context, MCPServer
+
+mcp = MCPServer("roamer")
+sessions = []
+seen = []
+tasks = set()
+
+@mcp.tool()
+async def hello(ctx: Context) -> str:
+    sessions.append(ctx.session)
+    return "hi"
+
+async def ask() -> None:
+    try:
+        listed = await sessions[0].list_roots()
+        seen.append([str(root.uri) for root in listed.roots])
+    except Exception as exc:
+        seen.append(f"error: {exc}")
+    with open(sys.argv[1] + ".new", "w") as out:
+        json.dump(seen, out)
+    os.replace(sys.argv[1] + ".new", sys.argv[1])
+
+def on_roots_changed(*args) -> None:
+    task = asyncio.get_running_loop().create_task(ask())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+async def handler(*args) -> None:
+    on_roots_changed()
+
+low = getattr(mcp, "_lowlevel_server", None) or mcp._mcp_server
+if hasattr(low, "add_notification_handler"):
+    low.add_notification_handler(
+        "notifications/roots/list_changed", types.NotificationParams, handler
+    )
+else:
+    low.notification_handlers[types.RootsListChangedNotification] = handler
+mcp.run()
+"""
+
+
+def roots_client(*uris: str) -> dict[str, Any]:
+    async def list_roots(context: Any) -> Any:
+        return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in uris])
+
+    return {"list_roots_callback": list_roots}
+
+
+async def seen_roots(answers: Path, count: int) -> list[Any]:
+    """The roots answers the roamer got, once there are `count` of them."""
+    seen: list[Any] = []
+    with anyio.move_on_after(WAIT):
+        while len(seen := json.loads(answers.read_text() or "[]")) < count:
+            await anyio.sleep(0.05)
+        return seen
+    raise AssertionError(f"the roamer got {seen!r} within {WAIT} s, not {count} answers")
+
+
+async def test_a_request_no_call_explains_goes_to_the_latest_capable_live_session(
+    serve: Callable[..., Any], write_registry: Callable[[str], Path], tmp_path: Path
+) -> None:
+    roamer, answers = tmp_path / "roamer.py", tmp_path / "answers.json"
+    roamer.write_text(ROAMER_SOURCE)
+    answers.write_text("")
+    config = write_registry(
+        f'servers:\n  roamer:\n    command: "@PYTHON@"\n    args: ["{roamer}", "{answers}"]\n'
+    )
+    async with AsyncExitStack() as stack:
+        served = await stack.enter_async_context(serve(config))
+        a = await stack.enter_async_context(connected(served.url, **roots_client("file:///a")))
+        c = await stack.enter_async_context(connected(served.url))  # no roots
+        async with connected(served.url, **roots_client("file:///b")) as b:
+            await a.call_ok("roamer__hello")
+            await b.call_ok("roamer__hello")
+            await c.call_ok("roamer__hello")  # c is the latest, but cannot answer
+            await c.session.send_roots_list_changed()
+            assert await seen_roots(answers, 1) == [["file:///b"]]
+        # Bob is gone (his session ended): the next such request goes to a, not to nobody.
+        await c.session.send_roots_list_changed()
+        assert await seen_roots(answers, 2) == [["file:///b"], ["file:///a"]]
+        assert await served.stop() == 0
+
+
+# -- safety -------------------------------------------------------------------------------------
+
+
+def _raw_post(port: int, host_header: str, origin: str | None = None) -> tuple[int, str]:
+    """POST an initialize to /mcp with the given Host (and Origin) header: (status, body)."""
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":'
+        '"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}'
+    )
+    headers = {
+        "Host": host_header,
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    if origin is not None:
+        headers["Origin"] = origin
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("POST", "/mcp", body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read(200).decode(errors="replace")
+    finally:
+        connection.close()
+
+
+async def test_loopback_keeps_dns_rebinding_protection(serve: Callable[..., Any]) -> None:
+    async with serve(EXAMPLES / "compensators.yaml") as served:
+        port = served.port
+        post = anyio.to_thread.run_sync
+        assert (await post(_raw_post, port, f"127.0.0.1:{port}"))[0] == 200
+        assert (await post(_raw_post, port, f"localhost:{port}"))[0] == 200
+        rebound = await post(_raw_post, port, f"evil.example:{port}")
+        assert rebound[0] == 421, rebound
+        cross = await post(_raw_post, port, f"127.0.0.1:{port}", "http://evil.example")
+        assert cross[0] == 403, cross
+
+        def elsewhere() -> int:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                connection.request("GET", "/")
+                return connection.getresponse().status
+            finally:
+                connection.close()
+
+        assert await anyio.to_thread.run_sync(elsewhere) == 404
+        assert await served.stop() == 0
+
+
+async def test_non_loopback_address_warns_and_serves(serve: Callable[..., Any]) -> None:
+    async with serve(EXAMPLES / "compensators.yaml", http="0.0.0.0:0") as served:
+        log = served.log()
+        assert "anyone who can reach this port can call" in log, log
+        assert "not a loopback address" in log, log
+        async with connected(served.url) as client:
+            assert "tasks__add_task" in tool_names(await client.list_tools())
+        assert await served.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1", "has no port"),
+        ("localhost:", "has no port"),
+        ("127.0.0.1:70000", "out of range"),
+        ("127.0.0.1:http", "is not a number"),
+        ("http://127.0.0.1:8765/mcp", "not a URL"),
+        ("::1:8765", "in brackets"),
+    ],
+)
+async def test_bad_http_value_is_one_line_usage_error(
+    value: str, expected: str, tmp_path: Path
+) -> None:
+    done = await anyio.run_process(
+        command(EXAMPLES / "compensators.yaml", tmp_path / "journal.db", value), check=False
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("compensator: --http ") and repr(value) in lines[0], stderr
+    assert expected in lines[0] and "e.g. --http " in lines[0], stderr
+    assert not (tmp_path / "journal.db").exists(), "nothing may start for a bad --http value"
+
+
+async def test_port_in_use_is_one_line_error_exit_1(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        value = f"127.0.0.1:{port}"
+        done = await anyio.run_process(
+            command(EXAMPLES / "compensators.yaml", tmp_path / "journal.db", value), check=False
+        )
+    stderr = done.stderr.decode()
+    assert done.returncode == 1, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert repr(value) in lines[0] and "already in use" in lines[0], stderr
+    assert f"--http 127.0.0.1:{port + 1}" in lines[0], stderr
+    assert not (tmp_path / "journal.db").exists()
