@@ -38,8 +38,13 @@ only when at least one downstream server that started advertises them, with
 `resources.subscribe` and the `listChanged` flags set when at least one of those servers sets
 them; this is decided once, at start-up.
 
-Subscriptions are forwarded to the owning server and remembered by URI; they are not renewed
-when that server is restarted.
+Subscriptions are forwarded to the owning server and remembered by URI, with the client
+sessions that asked (several with `compensator serve --http`): an update goes to the sessions
+subscribed to its URI, or, for a URI nobody subscribed to as such (a server may report a
+part of a subscribed resource), to every session subscribed to something at that server. The
+server is asked to unsubscribe when the last of them unsubscribes. When a server is restarted
+(or an HTTP server reconnected), its subscriptions are sent to it again before the call that
+restarted it goes on.
 """
 
 from __future__ import annotations
@@ -216,9 +221,10 @@ class Catalog:
         self._key: tuple[Any, ...] = ()
         self._tables = _Tables([])
         self._warned: set[tuple[str, str, str]] = set()
-        self._client: Any = None
         self.subscriptions: dict[str, tuple[str, str]] = {}
         """Client-side URI -> (server, the server's own URI) of each live subscription."""
+        self._subscribers: dict[str, dict[Any, Any]] = {}
+        """Client-side URI -> the client sessions subscribed to it, by `_sdk.client_key`."""
         self.tables()
 
     # -- state -------------------------------------------------------------------------
@@ -344,7 +350,6 @@ class Catalog:
 
     async def subscribe(self, uri: str, client: Any) -> None:
         """Subscribe at the owning server; its updates go to `client` (the client's session)."""
-        self._client = client
         server, original = self.route_uri(uri)
         await self._request(
             server,
@@ -354,8 +359,14 @@ class Catalog:
             types.EmptyResult,
         )
         self.subscriptions[uri] = (server, original)
+        self._subscribers.setdefault(uri, {})[_sdk.client_key(client)] = client
 
     async def unsubscribe(self, uri: str, client: Any) -> None:
+        """`client` no longer wants updates of `uri`; the server is told when nobody does."""
+        subscribers = self._subscribers.get(uri, {})
+        subscribers.pop(_sdk.client_key(client), None)
+        if subscribers:
+            return  # another client still wants its updates
         server, original = self.subscriptions.get(uri) or self.route_uri(uri)
         await self._request(
             server,
@@ -365,6 +376,29 @@ class Catalog:
             types.EmptyResult,
         )
         self.subscriptions.pop(uri, None)
+        self._subscribers.pop(uri, None)
+
+    async def renew(self, server: str) -> None:
+        """Send `server` the subscriptions it had before it was restarted; one that fails is
+        logged and dropped."""
+        for uri, (owner, original) in list(self.subscriptions.items()):
+            if owner != server:
+                continue
+            try:
+                await self._request(
+                    server,
+                    "resources/subscribe",
+                    {"uri": original},
+                    types.SubscribeRequest,
+                    types.EmptyResult,
+                )
+            except _sdk.SDKError as exc:
+                why = _sdk.error_data(exc)[1]
+                log.warning(
+                    "server %r: renewing the subscription to %s failed: %s", server, uri, why
+                )
+                self.subscriptions.pop(uri, None)
+                self._subscribers.pop(uri, None)
 
     async def get_prompt(
         self, name: str, arguments: dict[str, str] | None
@@ -418,7 +452,9 @@ class Catalog:
     def watch(self) -> None:
         """Forward each downstream's `notifications/resources/updated` to the client (through
         `forward_resource_updated`), chained before any `message_handler` already in the
-        server's session options. Call before the pool starts its servers."""
+        server's session options, and renew subscriptions when a server restarts. Call before
+        the pool starts its servers."""
+        self.pool.restart_hooks.append(self.renew)
         for downstream in self.pool.servers.values():
             options = downstream.session_options
             options["message_handler"] = self._watcher(
@@ -441,12 +477,21 @@ class Catalog:
 
     async def forward_resource_updated(self, server: str, uri: str) -> bool:
         """Send `notifications/resources/updated` from `server` about its own `uri` to the
-        client, under the URI the client knows; False when no client has subscribed yet."""
-        client = self._client
-        if client is None:
-            return False
-        await client.send_resource_updated(self.tables().exposed_uri(server, uri))
-        return True
+        sessions subscribed to it, under the URI the client knows; False when none is."""
+        exposed = self.tables().exposed_uri(server, uri)
+        targets = dict(self._subscribers.get(exposed, {}))
+        if not targets:  # a part of a subscribed resource: whoever subscribed at this server
+            for subscribed, (owner, _) in self.subscriptions.items():
+                if owner == server:
+                    targets.update(self._subscribers.get(subscribed, {}))
+        for key, client in targets.items():
+            try:
+                await client.send_resource_updated(exposed)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                log.debug("resources/updated for %s dropped: a client is gone", exposed)
+                for subscribers in self._subscribers.values():
+                    subscribers.pop(key, None)
+        return bool(targets)
 
     # -- the downstream side -----------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -149,6 +149,9 @@ class Downstream:
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
     _closing: anyio.Event = field(default_factory=anyio.Event)
+    on_restart: Callable[[str], Awaitable[None]] | None = None
+    """Awaited with the server's name after each successful restart, before the call that
+    caused it goes on (the pool renews what the server forgot)."""
 
     def conceal(self, text: str) -> str:
         """`text` with this server's expanded `${NAME}` values put back as references: an OS
@@ -294,7 +297,10 @@ class Downstream:
             self.ready = anyio.Event()
             group.start_soon(self.run, closing)
             await self.ready.wait()
-            return self._restarted()
+            problem = self._restarted()
+            if problem is None and self.on_restart is not None:
+                await self.on_restart(self.name)
+            return problem
 
     def _restarted(self) -> str | None:
         if self.session is None:
@@ -478,6 +484,11 @@ class DownstreamPool:
         self.routes: dict[str, RoutedTool] = {}
         self.prefixes: dict[str, str] = {s.prefix: name for name, s in self.servers.items()}
         """Exposed prefix (`prefix:`, else the server name) -> server name."""
+        self.restart_hooks: list[Callable[[str], Awaitable[None]]] = []
+        """Awaited with a server's name after it was restarted (e.g. the catalog renews its
+        resource subscriptions); a failing hook is logged."""
+        for server in self.servers.values():
+            server.on_restart = self._after_restart
         self._closing = anyio.Event()
         self._group: Any = None
         self.relay = relay
@@ -515,6 +526,14 @@ class DownstreamPool:
 
     def route(self, name: str) -> RoutedTool | None:
         return self.routes.get(name)
+
+    async def _after_restart(self, server_name: str) -> None:
+        for hook in self.restart_hooks:
+            try:
+                await hook(server_name)
+            except Exception as exc:
+                what = getattr(hook, "__qualname__", repr(hook))
+                log.warning("server %r: after its restart, %s failed: %s", server_name, what, exc)
 
     def missing_reason(self, name: str) -> str:
         """Why no tool `name` is offered, in words a client can act on."""

@@ -414,6 +414,24 @@ async def test_subscriptions_reach_the_owning_server_and_updates_come_back(catal
     assert updated.count(("notifications/resources/updated", "beta://notes/x")) == 1
 
 
+async def test_subscriptions_are_renewed_when_the_server_restarts(catalogs, tmp_path):
+    log = tmp_path / "stderr.log"
+    async with connect(proxy_parameters(catalogs, tmp_path / "journal.db"), log) as proxied:
+        session = proxied.session
+        client = ProxyClient(session)
+        await subscribe(session, "beta://notes/x")
+        crashed = await client.call("beta__crash")
+        assert crashed.is_error and "exited" in crashed.text
+        # This call restarts beta, which is subscribed again before the call reaches it.
+        assert await client.call_ok("beta__touch", {"uri": "beta://notes/x"}) == "notified"
+        await proxied.notification("notifications/resources/updated", "beta://notes/x")
+        beta_seen = await seen(client, "beta")
+    subscriptions = [
+        (r["method"], r["params"]["uri"]) for r in beta_seen if "subscribe" in r["method"]
+    ]
+    assert subscriptions == [("resources/subscribe", "beta://notes/x")]  # the new process's
+
+
 async def test_list_changed_refreshes_the_routes(catalogs, tmp_path):
     log = tmp_path / "stderr.log"
     async with connect(proxy_parameters(catalogs, tmp_path / "journal.db"), log) as proxied:

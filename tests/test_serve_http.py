@@ -511,3 +511,54 @@ async def test_port_in_use_is_one_line_error_exit_1(tmp_path: Path) -> None:
     assert repr(value) in lines[0] and "already in use" in lines[0], stderr
     assert f"--http 127.0.0.1:{port + 1}" in lines[0], stderr
     assert not (tmp_path / "journal.db").exists()
+
+
+# -- resource subscriptions of several sessions -----------------------------------------------
+
+CATALOG = f"""
+servers:
+  beta:
+    command: "@PYTHON@"
+    args: ["{SERVERS / "catalog_server.py"}", "--label", "beta"]
+"""
+
+
+def updates(client: Client) -> list[str]:
+    return [
+        str(n.params.uri)
+        for n in client.notifications
+        if getattr(n, "method", None) == "notifications/resources/updated"
+    ]
+
+
+async def subscription(session: ClientSession, method: str, uri: str) -> None:
+    request = (
+        types.SubscribeRequest if method == "resources/subscribe" else types.UnsubscribeRequest
+    )
+    await _sdk.send_wire_request(session, method, {"uri": uri}, request, types.EmptyResult)
+
+
+async def test_resource_updates_go_to_the_sessions_subscribed(
+    serve: Callable[..., Any], write_registry: Callable[[str], Path]
+) -> None:
+    alice, bob = Client("alice"), Client("bob")
+    async with AsyncExitStack() as stack:
+        served = await stack.enter_async_context(serve(write_registry(CATALOG)))
+        a = await stack.enter_async_context(connected(served.url, **alice.options()))
+        b = await stack.enter_async_context(connected(served.url, **bob.options()))
+        await subscription(a.session, "resources/subscribe", "beta://notes/a")
+        await subscription(b.session, "resources/subscribe", "beta://notes/b")
+        await subscription(a.session, "resources/subscribe", "beta://notes/both")
+        await subscription(b.session, "resources/subscribe", "beta://notes/both")
+
+        for uri in ("beta://notes/a", "beta://notes/b", "beta://notes/both"):
+            assert await b.call_ok("beta__touch", {"uri": uri}) == "notified"
+        await alice.wait("updates", lambda: "beta://notes/both" in updates(alice))
+        await bob.wait("updates", lambda: "beta://notes/both" in updates(bob))
+        # Bob unsubscribing from the shared one keeps the server subscribed for Alice.
+        await subscription(b.session, "resources/unsubscribe", "beta://notes/both")
+        assert await a.call_ok("beta__touch", {"uri": "beta://notes/both"}) == "notified"
+        await alice.wait("a second update", lambda: updates(alice).count("beta://notes/both") == 2)
+        assert await served.stop() == 0
+    assert updates(alice) == ["beta://notes/a", "beta://notes/both", "beta://notes/both"]
+    assert updates(bob) == ["beta://notes/b", "beta://notes/both"]

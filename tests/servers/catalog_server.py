@@ -9,7 +9,8 @@ pages of 2.
 Tools: `touch` (`uri`) sends `notifications/resources/updated` for `uri` when it is subscribed;
 `add_resource` (`uri`) lists one more resource and sends `notifications/resources/list_changed`;
 `add_prompt` (`name`) does the same for a prompt, with `notifications/prompts/list_changed`;
-`seen` (read-only) returns every request this process received, as {"method", "params"}.
+`crash` exits the process at once (the proxy restarts it on the next call); `seen`
+(read-only) returns every request this process received, as {"method", "params"}.
 
 `--broken-lists` answers resources/list and prompts/list with an error; `--no-completions`
 leaves the `completions` capability out (and answers completion requests with an error).
@@ -155,6 +156,8 @@ class Server:
             self.catalog["prompts"].append({"name": str(arguments.get("name"))})
             self.send({"method": "notifications/prompts/list_changed"})
             return _text("added")
+        if name == "crash":
+            sys.exit(3)
         if name == "seen":
             return _text(json.dumps(self.seen))
         return {"content": [{"type": "text", "text": f"no tool {name}"}], "isError": True}
@@ -242,6 +245,11 @@ TOOLS = [
         "name": "add_prompt",
         "description": "List one more prompt and say so.",
         "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
+    {
+        "name": "crash",
+        "description": "Exit at once, without answering.",
+        "inputSchema": {"type": "object"},
     },
     {
         "name": "seen",
