@@ -351,13 +351,7 @@ class Catalog:
     async def subscribe(self, uri: str, client: Any) -> None:
         """Subscribe at the owning server; its updates go to `client` (the client's session)."""
         server, original = self.route_uri(uri)
-        await self._request(
-            server,
-            "resources/subscribe",
-            {"uri": original},
-            types.SubscribeRequest,
-            types.EmptyResult,
-        )
+        await self._subscribe_at(server, original)
         self.subscriptions[uri] = (server, original)
         self._subscribers.setdefault(uri, {})[_sdk.client_key(client)] = client
 
@@ -378,6 +372,15 @@ class Catalog:
         self.subscriptions.pop(uri, None)
         self._subscribers.pop(uri, None)
 
+    async def _subscribe_at(self, server: str, original: str) -> None:
+        await self._request(
+            server,
+            "resources/subscribe",
+            {"uri": original},
+            types.SubscribeRequest,
+            types.EmptyResult,
+        )
+
     async def renew(self, server: str) -> None:
         """Send `server` the subscriptions it had before it was restarted; one that fails is
         logged and dropped."""
@@ -385,13 +388,7 @@ class Catalog:
             if owner != server:
                 continue
             try:
-                await self._request(
-                    server,
-                    "resources/subscribe",
-                    {"uri": original},
-                    types.SubscribeRequest,
-                    types.EmptyResult,
-                )
+                await self._subscribe_at(server, original)
             except _sdk.SDKError as exc:
                 why = _sdk.error_data(exc)[1]
                 log.warning(
