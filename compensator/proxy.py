@@ -21,7 +21,7 @@ from .downstream import DownstreamPool, RoutedTool
 from .errors import CompensatorError, DownstreamError, MetaArgumentError
 from .http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
 from .journal import Journal, Status, default_journal_path
-from .names import MAX_NAME_LENGTH, client_tool_name, too_long
+from .names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
 from .redact import redact
 from .registry import Classification, Registry, ToolPolicy, load_registry
 from .relay import Relay
@@ -370,10 +370,15 @@ def registry_environment() -> dict[str, str]:
 
 
 async def serve(
-    config: Path, db: Path, fsync: bool = False, http: HttpEndpoint | None = None
+    config: Path,
+    db: Path,
+    fsync: bool = False,
+    http: HttpEndpoint | None = None,
+    client_name: str = CLIENT_NAME,
 ) -> None:
     """Load the registry, start the downstream servers, and serve one client over stdio, or
-    any number over streamable HTTP on `http` (compensator/http_serve.py)."""
+    any number over streamable HTTP on `http` (compensator/http_serve.py). `client_name` is
+    what the client calls the proxy, for the start-up warning about long tool names."""
     registry = load_registry(config, environ=registry_environment())
     journal = Journal(db, fsync=fsync)
     log.info("journal: %s, session: %s", journal.path, journal.session)
@@ -389,7 +394,7 @@ async def serve(
         async with relay, pool:
             for name, reason in pool.failures.items():
                 log.error("server %r failed to start and is left out: %s", name, reason)
-            _warn_long_names(pool)
+            _warn_long_names(pool, client_name)
             proxy = Proxy(registry, journal, pool)
             server = _sdk.build_server(
                 "compensator",
@@ -408,19 +413,24 @@ async def serve(
         journal.close()
 
 
-def _warn_long_names(pool: DownstreamPool) -> None:
+def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
     """Claude Code shows a tool as mcp__<client>__<name> and rejects it over 64 characters."""
-    for name, length in too_long(pool.routes).items():
+    for name, length in too_long(pool.routes, client).items():
         server = pool.routes[name].server
+        prefix = pool.servers[server].prefix
+        room = len(prefix) - (length - MAX_NAME_LENGTH)  # the longest prefix that fits
+        if room >= 1:
+            fix = f"set a prefix: of at most {room} characters on servers.{server}"
+        else:
+            fix = "even a one-letter prefix: is too long; the server has to rename the tool"
         log.warning(
             "tool %s will be %s in Claude Code: %d characters, over its limit of %d, so the "
-            "client rejects it; set a shorter prefix: on servers.%s (e.g. prefix: %s)",
+            "client rejects it; %s",
             name,
-            client_tool_name(name),
+            client_tool_name(name, client),
             length,
             MAX_NAME_LENGTH,
-            server,
-            server[:3].rstrip("_-") or "s",
+            fix,
         )
 
 
@@ -465,6 +475,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "every client's changes). HOST defaults to 127.0.0.1; any non-loopback address (e.g. "
         "0.0.0.0) lets anyone who can reach the port call the tools, and prints a warning",
     )
+    parser.add_argument(
+        "--client-name",
+        default=CLIENT_NAME,
+        help="the name your MCP client knows the proxy by, for the start-up warning about tool "
+        f"names over {MAX_NAME_LENGTH} characters as mcp__<name>__server__tool (default "
+        f"{CLIENT_NAME})",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -481,7 +498,8 @@ def run_serve(args: argparse.Namespace) -> int:
             print(warning, file=sys.stderr, flush=True)
     db = args.db if args.db is not None else default_journal_path(args.config)
     try:
-        anyio.run(serve, args.config, db, args.fsync, http)
+        client_name = getattr(args, "client_name", CLIENT_NAME)
+        anyio.run(serve, args.config, db, args.fsync, http, client_name)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2

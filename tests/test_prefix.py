@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from compensator.errors import RegistryError
 from compensator.registry import parse_registry
@@ -93,9 +95,41 @@ async def test_long_names_are_warned_about_at_start_up(
     for name in too_long:
         line = next(w for w in warnings if f"tool {name} " in w)
         assert f"mcp__compensator__{name} in Claude Code: {len(name) + 18} characters" in line
-        assert f"prefix: on servers.{LONG_SERVER}" in line
+        room = len(LONG_SERVER) - (len(name) + 18 - 64)
+        assert f"set a prefix: of at most {room} characters on servers.{LONG_SERVER}" in line
     for name in fitting:
         assert not any(f"tool {name} " in w for w in warnings)
+
+
+async def test_serve_counts_with_the_client_name_it_is_given(
+    tmp_path: Path, tasks_env: dict[str, str]
+) -> None:
+    config = _tasks_registry(tmp_path, LONG_SERVER, None)
+    client_name = "my_long_named_compensator"  # 25 characters: 14 more than "compensator"
+    serve = ["-m", "compensator", "serve", "--config", str(config), "--db", str(tmp_path / "j.db")]
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[*serve, "--client-name", client_name],
+        env={**os.environ, **tasks_env},
+    )
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            names = {tool.name for tool in (await session.list_tools()).tools}
+    warned = {
+        line.split("tool ", 1)[1].split(" ", 1)[0]
+        for line in log_path.read_text().splitlines()
+        if "over its limit of 64" in line
+    }
+    expected = {n for n in names if len(f"mcp__{client_name}__{n}") > 64}
+    by_default = {n for n in names if len(f"mcp__compensator__{n}") > 64}
+    assert expected != by_default  # the name given changes which tools are too long
+    assert warned == expected
+    assert f"mcp__{client_name}__{sorted(expected)[0]}" in log_path.read_text()
 
 
 async def test_prefix_silences_the_warning(
