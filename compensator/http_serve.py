@@ -18,8 +18,8 @@ recently active session (the last to initialize or call a tool) that advertised 
 capability, else it gets the same "client does not support ..." error the stdio path gives.
 "Caused by" is inferred from timing (the SDKs carry no link from a downstream's message to a
 call): what a server sends while one session's call to it is in flight goes to that session.
-`resources/updated` goes to the session that subscribed last (compensator/catalog.py keeps one
-subscriber). Sessions end when the client deletes them, or after 30 minutes with no request
+`resources/updated` goes to the sessions subscribed to that resource (compensator/catalog.py).
+Sessions end when the client deletes them, or after 30 minutes with no request
 and no open stream (the SDK's default); an ended session gets nothing more. Sessions start
 with `initialize` (protocol 2025-11-25 and earlier, what both SDK lines' clients send); mcp
 2.x routes a request of protocol 2026-07-28 (no handshake) to its own stateless path, which
