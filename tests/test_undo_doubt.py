@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,27 @@ class Servers:
         return CallOutcome(ok=True, value={})
 
 
+_OPENED: list[Journal] = []
+"""Journals a test opened, closed after it (Python 3.13 warns about an unclosed database)."""
+
+
+def opened(journal: Journal) -> Journal:
+    _OPENED.append(journal)
+    return journal
+
+
+@pytest.fixture(autouse=True)
+def close_journals() -> Iterator[None]:
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def setup(tmp_path: Path, *, verify: bool = False, idempotent: bool = False):
     text = REGISTRY.replace("VERIFY", str(verify).lower())
     text = text.replace("IDEMPOTENT", str(idempotent).lower())
     registry = parse_registry(text, tmp_path / "r.yaml")
-    journal = Journal(tmp_path / "j.db")
+    journal = opened(Journal(tmp_path / "j.db"))
     cp = journal.create_checkpoint(None)
     change = journal.record_intent(
         tool="s__put", classification="compensable", args={"key": "k"}, snapshot="before"
@@ -147,7 +164,7 @@ async def test_a_step_a_live_process_is_running_is_left_to_it(tmp_path):
 
 def test_a_step_claim_fails_when_another_process_recorded_it_first(tmp_path):
     _, journal, _, change = setup(tmp_path)
-    other = Journal(journal.path)  # a second process on the same file
+    other = opened(Journal(journal.path))  # a second process on the same file
     first = other.record_step_started(change, 0, "s__set", {}, after=None)
     assert first is not None
     assert journal.record_step_started(change, 0, "s__set", {}, after=None) is None
@@ -170,7 +187,7 @@ def test_a_version_1_journal_is_migrated_and_its_checkpoints_still_undo(tmp_path
             (os.getpid(),),
         )
     conn.close()
-    journal = Journal(path)
+    journal = opened(Journal(path))
     assert journal._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     old = journal.checkpoint(1)
     assert old is not None and old.session is None
