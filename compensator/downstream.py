@@ -140,7 +140,8 @@ class Downstream:
     session_options: dict[str, Any] = field(default_factory=dict)
     """Extra ClientSession arguments (the relay's callbacks: compensator/relay.py)."""
     ready: anyio.Event = field(default_factory=anyio.Event)
-    started_once: bool = False
+    starts: int = 0
+    """Successful starts so far (the first one included)."""
     _exited: anyio.Event = field(default_factory=anyio.Event)
     _ended: anyio.Event = field(default_factory=anyio.Event)
     _lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -148,6 +149,8 @@ class Downstream:
     _retry_at: float | None = None
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
+    failure_level: int = logging.ERROR
+    """How loudly a failed start or an exit is logged (DEBUG while retrying a first start)."""
     _closing: anyio.Event = field(default_factory=anyio.Event)
     on_restart: Callable[[str], Awaitable[None]] | None = None
     """Awaited with the server's name after each successful restart, before the call that
@@ -177,7 +180,7 @@ class Downstream:
             await self._serve(closing, self._exited)
         except Exception as exc:
             self.error = self.error or self.conceal(_describe(exc))
-            log.error("server %r is unavailable: %s", self.name, self.error)
+            log.log(self.failure_level, "server %r is unavailable: %s", self.name, self.error)
         finally:
             if self.spec.url is not None and not closing.is_set():
                 self._exited.set()  # the connection ended: calls in flight may have run
@@ -232,7 +235,7 @@ class Downstream:
             raise
         await self.list_catalog(session)
         self.error = None
-        self.started_once = True
+        self.starts += 1
         self.session = session
         log.info("server %r ready with %d tools", self.name, len(self.tools))
         self.ready.set()
@@ -271,8 +274,11 @@ class Downstream:
                 self.session = None
                 self.error = "exited" if self.spec.url is None else "lost its connection"
                 exited.set()
-                log.error(
-                    "server %r %s; it will be restarted on the next call", self.name, self.error
+                log.log(
+                    self.failure_level,
+                    "server %r %s; it will be restarted on the next call",
+                    self.name,
+                    self.error,
                 )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the session is being closed
@@ -281,8 +287,12 @@ class Downstream:
         """Restart the server if it exited; None when it runs, else why it cannot be called."""
         if self.session is not None:
             return None
-        if not self.started_once:
-            return f"server {self.name!r} failed to start and is left out: {self.error}"
+        if not self.starts:
+            return f"server {self.name!r} failed to start: {self.error}"
+        return await self.restart(group, closing)
+
+    async def restart(self, group: Any, closing: anyio.Event) -> str | None:
+        """Start a new life unless one runs or the backoff says not yet; None when it runs."""
         async with self._lock:
             if self.session is not None:
                 return None
@@ -302,16 +312,28 @@ class Downstream:
                 await self.on_restart(self.name)
             return problem
 
+    def back_off(self) -> float:
+        """Put the next start attempt off (0.5 s, doubling up to 30 s); the seconds until it."""
+        self._backoff = min(max(2 * self._backoff, RESTART_BACKOFF), RESTART_BACKOFF_MAX)
+        self._retry_at = anyio.current_time() + self._backoff
+        return self._backoff
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until the next start attempt is allowed (0 when it is now)."""
+        if self._retry_at is None:
+            return 0.0
+        return max(0.0, self._retry_at - anyio.current_time())
+
     def _restarted(self) -> str | None:
         if self.session is None:
-            self._backoff = min(max(2 * self._backoff, RESTART_BACKOFF), RESTART_BACKOFF_MAX)
-            self._retry_at = anyio.current_time() + self._backoff
+            self.back_off()
             return (
                 f"server {self.name!r} is down and could not be restarted: {self.error}. "
                 f"The next attempt will be made on a call in {_seconds(self._backoff)} or later"
             )
         self._backoff, self._retry_at = 0.0, None
-        log.info("server %r restarted", self.name)
+        log.info("server %r %s", self.name, "restarted" if self.starts > 1 else "started")
         return None
 
     async def call(
@@ -460,13 +482,17 @@ class Relaying(Protocol):
 
     def progress_for(self, name: str) -> _sdk.ProgressCallback | None: ...
 
+    def server_started(self, server: str) -> None: ...
+
 
 class DownstreamPool:
     """All downstream servers, started concurrently; failures are reported, not fatal.
 
     A server that exits is restarted on the next call to it. The tools offered to the client
     are those of each server's first start, so the client's tool list changes only when a
-    server announces `notifications/tools/list_changed` (`relist`, called by the relay)."""
+    server announces `notifications/tools/list_changed` (`relist`, called by the relay), or
+    when a server that failed its first start starts later (`retry_first_start`: it is
+    retried in the background with the restart backoff, and the relay tells the client)."""
 
     def __init__(
         self,
@@ -474,6 +500,7 @@ class DownstreamPool:
         *,
         startup_timeout: float = STARTUP_TIMEOUT,
         relay: Relaying | None = None,
+        retry_first_start: bool = False,
     ) -> None:
         self.servers: dict[str, Downstream] = {
             spec.name: Downstream(
@@ -491,6 +518,7 @@ class DownstreamPool:
             server.on_restart = self._after_restart
         self._closing = anyio.Event()
         self._group: Any = None
+        self._retry_first_start = retry_first_start
         self.relay = relay
         if relay is not None:
             relay.bind(self)
@@ -509,7 +537,46 @@ class DownstreamPool:
             await self.__aexit__(*sys.exc_info())
             raise
         self.routes = _route(self.servers.values())
+        if self._retry_first_start:
+            for server in self.servers.values():
+                if not server.starts:
+                    self._group.start_soon(self._start_late, server)
         return self
+
+    async def _start_late(self, server: Downstream) -> None:
+        """Retry a server that failed its first start until it starts or the pool closes,
+        then offer its tools. Only a new reason for failing is logged above DEBUG."""
+        reported = server.error
+        server.failure_level = logging.DEBUG
+        attempts = 1
+        server.back_off()
+        while True:
+            with anyio.move_on_after(server.retry_in):
+                await self._closing.wait()
+            if self._closing.is_set():
+                return
+            attempts += 1
+            if await server.restart(self._group, self._closing) is None:
+                break
+            if server.error != reported:
+                reported = server.error
+                log.warning(
+                    "server %r still fails to start (attempt %d): %s; retrying in %s",
+                    server.name,
+                    attempts,
+                    reported,
+                    _seconds(server.retry_in),
+                )
+        server.failure_level = logging.ERROR
+        self.routes = _route(self.servers.values())
+        log.info(
+            "server %r started on attempt %d; its %d tools are offered now",
+            server.name,
+            attempts,
+            len(server.tools),
+        )
+        if self.relay is not None:
+            self.relay.server_started(server.name)
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         self._closing.set()
@@ -541,8 +608,16 @@ class DownstreamPool:
         if split is None or split[0] not in self.prefixes:
             return f"no server offers tool {name!r}; known servers: {', '.join(self.prefixes)}"
         server = self.servers[self.prefixes[split[0]]]
-        reason = f" (it failed to start: {server.error})" if server.error else ""
+        reason = (
+            f" (it failed to start: {server.error}{self._retrying(server)})" if server.error else ""
+        )
         return f"server {server.name!r} does not offer tool {split[1]!r}{reason}"
+
+    def _retrying(self, server: Downstream) -> str:
+        """What to add to a failure of `server` when it is being retried in the background."""
+        if server.starts or not self._retry_first_start:
+            return ""
+        return "; the proxy retries it in the background and offers its tools once it starts"
 
     def server_of(self, name: str) -> str | None:
         """The server whose prefix the exposed tool `name` starts with, if any."""
@@ -557,6 +632,8 @@ class DownstreamPool:
             return None if server.session is not None else f"server {server_name!r} is stopped"
         previous = {t.name for t in server.tools}
         problem = await server.ensure_running(self._group, self._closing)
+        if problem is not None:
+            problem += self._retrying(server)
         now = {t.name for t in server.tools}
         if problem is None and now != previous:
             _warn_changed_tools(server_name, previous, now)

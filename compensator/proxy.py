@@ -386,14 +386,19 @@ async def serve(
     try:
         # The relay outlives the pool: a refresh it runs may still await a server's answer.
         relay = Relay()
-        pool = DownstreamPool(registry.servers.values(), relay=relay)
+        pool = DownstreamPool(registry.servers.values(), relay=relay, retry_first_start=True)
         catalog = Catalog(pool)
         catalog.watch()  # before the servers start: it forwards their resources/updated
         relay.on_list_changed("resources", catalog.refresh_resources)
         relay.on_list_changed("prompts", catalog.refresh_prompts)
         async with relay, pool:
             for name, reason in pool.failures.items():
-                log.error("server %r failed to start and is left out: %s", name, reason)
+                log.error(
+                    "server %r failed to start: %s; it is retried in the background and its "
+                    "tools are offered once it starts",
+                    name,
+                    reason,
+                )
             _warn_long_names(pool, client_name)
             proxy = Proxy(registry, journal, pool)
             server = _sdk.build_server(

@@ -7,8 +7,10 @@ the client's own token; log messages (`notifications/message`, the logger prefix
 server name); the client's `logging/setLevel` to every server that offers logging; the
 client's `notifications/roots/list_changed` to every server; and the server-initiated
 requests `sampling/createMessage`, `elicitation/create` and `roots/list` to the client and
-its answer back. A request the client cannot answer (it did not advertise the capability,
-or no client is connected yet) gets a JSON-RPC error that says so.
+its answer back. A server that starts late (it failed its first start and a background retry
+brought it up) is announced as if it had sent list_changed. A request the client cannot
+answer (it did not advertise the capability, or no client is connected yet) gets a JSON-RPC
+error that says so.
 
 The downstream servers start before the client connects. Until the client has initialized,
 notifications are dropped (logged at debug level): the client's first `tools/list` sees the
@@ -216,6 +218,17 @@ class Relay:
     async def roots_changed(self) -> None:
         """Forward the client's `notifications/roots/list_changed` to every running server."""
         await self._tell_roots_changed([server.name for server in self._running()])
+
+    def server_started(self, server: str) -> None:
+        """`server` started after failing its first start: list what it offers, as if it had
+        announced list_changed for its tools and for the resources and prompts it has, and
+        tell the client."""
+        self._changed(server, "tools")
+        assert self.pool is not None
+        capabilities = self.pool.servers[server].capabilities
+        for kind in _CATALOG_KINDS:
+            if kind in capabilities:
+                self._changed(server, kind)
 
     # -- progress --------------------------------------------------------------------------
 

@@ -6,14 +6,17 @@ import os
 import shutil
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_compensator.client import ProxyClient, launch_proxy
+
+from .faults import tally
 
 pytest_plugins = ["pytester"]
 
@@ -68,16 +71,25 @@ Launcher = Callable[..., AbstractAsyncContextManager[ProxyClient]]
 
 @pytest.fixture
 def proxy(tmp_path: Path) -> Launcher:
-    """`async with proxy(config, db=..., env=...) as client:` starts a real proxy subprocess."""
+    """`async with proxy(config, db=..., env=...) as client:` starts a real proxy subprocess;
+    `session_options` go to the client's ClientSession (e.g. a `message_handler`)."""
 
     @asynccontextmanager
     async def launch(
-        config: Path, *, db: Path | None = None, env: dict[str, str] | None = None
+        config: Path,
+        *,
+        db: Path | None = None,
+        env: dict[str, str] | None = None,
+        session_options: dict[str, Any] | None = None,
     ) -> AsyncIterator[ProxyClient]:
         log_path = tmp_path / "proxy-stderr.log"
         with log_path.open("a") as log:
             async with launch_proxy(
-                config, db or tmp_path / "journal.db", env=env, stderr=log
+                config,
+                db or tmp_path / "journal.db",
+                env=env,
+                stderr=log,
+                session_options=session_options,
             ) as client:
                 yield client
 
@@ -101,3 +113,23 @@ def tasks_config() -> Path:
 
 def by_id(items: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {item["id"]: item for item in items}
+
+
+@dataclass
+class Faults:
+    """What one test injected, tallied for scripts/fault-report even when the test fails."""
+
+    kind: str = ""
+    injected: int = 0
+    survived: int = 0
+    twice: int = 0
+
+
+@pytest.fixture
+def faults() -> Iterator[Faults]:
+    """A test sets `kind` and counts what it injected and survived; scripts/fault-report
+    sums them (tests/faults.py)."""
+    seen = Faults()
+    yield seen
+    if seen.kind:
+        tally(seen.kind, injected=seen.injected, survived=seen.survived, twice=seen.twice)

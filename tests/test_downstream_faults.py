@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from compensator import _sdk
 from compensator.errors import RegistryError
 from compensator.registry import parse_registry
 
 from .conftest import SERVERS
-from .faults import tally
 
 pytestmark = pytest.mark.anyio
 
@@ -61,24 +60,6 @@ def flaky_config(write_registry, tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def flaky_dir(tmp_path: Path) -> Path:
     return tmp_path / "flaky"
-
-
-@dataclass
-class Faults:
-    """What one test injected, tallied for scripts/fault-report even when the test fails."""
-
-    kind: str = ""
-    injected: int = 0
-    survived: int = 0
-    twice: int = 0
-
-
-@pytest.fixture
-def faults() -> Iterator[Faults]:
-    seen = Faults()
-    yield seen
-    if seen.kind:
-        tally(seen.kind, injected=seen.injected, survived=seen.survived, twice=seen.twice)
 
 
 def starts(folder: Path) -> int:
@@ -241,7 +222,7 @@ async def test_call_timeout_abandons_a_hung_call_without_blocking_others(
     faults.survived += 1
 
 
-async def test_server_hanging_at_startup_is_left_out(
+async def test_server_hanging_at_startup_is_retried_in_the_background(
     proxy, flaky_config, flaky_dir, proxy_log, faults
 ):
     faults.kind, faults.injected = "hung start-up (startup_timeout)", 1
@@ -255,9 +236,46 @@ async def test_server_hanging_at_startup_is_left_out(
         reply = await client.call("flaky__get", {"key": "a"})
         assert reply.is_error and "failed to start" in reply.text
         assert "did not finish starting within 1.5 s" in reply.text
+        assert "retries it in the background" in reply.text
         await client.call_ok("other__put", {"key": "a", "value": "1"})
     assert ready < 1.5 + 6  # the proxy's own start plus the timeout, not the server's hour
-    assert "server 'flaky' failed to start and is left out" in proxy_log()
+    assert "server 'flaky' failed to start: did not finish starting" in proxy_log()
+    faults.survived += 1
+
+
+async def test_server_that_failed_its_first_start_is_offered_once_it_starts(
+    proxy, flaky_config, flaky_dir, proxy_log, faults
+):
+    faults.kind, faults.injected = "server failing its first start", 1
+    (flaky_dir / "fail-start").touch()
+    told: list[str] = []
+
+    async def message_handler(message: Any) -> None:
+        told.append(getattr(_sdk.notification_of(message), "method", ""))
+
+    options = {"message_handler": message_handler}
+    async with proxy(flaky_config(), session_options=options) as client:
+        assert not [t for t in names(await client.list_tools()) if t.startswith("flaky__")]
+        reply = await client.call("flaky__put", {"key": "a", "value": "1"})
+        assert reply.is_error and "failed to start" in reply.text
+        assert "retries it in the background" in reply.text
+        await eventually(lambda: starts(flaky_dir) >= 3, "two background retries")
+        cp = await client.checkpoint()
+        (flaky_dir / "fail-start").unlink()
+        await eventually(
+            lambda: "notifications/tools/list_changed" in told, "tools/list_changed", 20
+        )
+        assert {"flaky__get", "flaky__put"} <= set(names(await client.list_tools()))
+        await client.call_ok("flaky__put", {"key": "a", "value": "1"})
+        assert stored(flaky_dir) == {"a": "1"}
+        report = await client.undo_to(cp)
+        assert [c["tool"] for c in report["undone"]] == ["flaky__put"]
+        assert stored(flaky_dir) == {}
+    log = proxy_log()
+    assert "server 'flaky' started on attempt" in log
+    # The same reason, attempt after attempt, is reported once, not on every retry.
+    assert log.count("server 'flaky' is unavailable") == 1, log
+    assert "still fails to start" not in log
     faults.survived += 1
 
 

@@ -224,22 +224,41 @@ async def _retry_until_ok(client: object, tool: str, args: dict[str, str]) -> ob
         await anyio.sleep(0.2)
 
 
-async def test_unreachable_url_is_left_out_with_a_reason(
+async def test_unreachable_url_is_offered_once_it_listens(
     proxy: Launcher, tmp_path: Path, proxy_log: Callable[[], str]
 ) -> None:
+    """A server started after the proxy (the usual order mistake) is picked up by the
+    background retry: its tools appear, calls are journaled and undone."""
+    late = HttpServer(tmp_path)  # not listening yet
     config = tmp_path / "down.yaml"
-    port = _free_port()  # nothing listens there
     config.write_text(
-        f"servers:\n  kv:\n    url: http://127.0.0.1:{port}/mcp\n    startup_timeout: 10\n"
+        f"servers:\n  kv:\n    url: http://127.0.0.1:{late.port}/mcp\n    startup_timeout: 10\n"
         "    headers: {X-Api-Key: '${KV_TOKEN}'}\n"
+        "tools:\n  kv__put:\n    classification: reversible\n"
+        "    inverse_tool: kv__delete\n    inverse_args: {key: '{args.key}'}\n"
     )
-    async with proxy(config, env=ENV) as client:
-        names = {tool.name for tool in await client.list_tools()}
-        assert not any(name.startswith("kv__") for name in names)
-        reply = await client.call("kv__get", {"key": "a"})
-        assert reply.is_error
+    try:
+        async with proxy(config, env=ENV) as client:
+            names = {tool.name for tool in await client.list_tools()}
+            assert not any(name.startswith("kv__") for name in names)
+            reply = await client.call("kv__get", {"key": "a"})
+            assert reply.is_error and "retries it in the background" in reply.text, reply.text
+            checkpoint = await client.checkpoint()
+            late.start()
+            deadline = anyio.current_time() + 20
+            while "kv__put" not in {tool.name for tool in await client.list_tools()}:
+                if anyio.current_time() > deadline:
+                    pytest.fail(f"kv's tools not offered 20 s after it listened: {proxy_log()}")
+                await anyio.sleep(0.2)
+            await client.call_ok("kv__put", {"key": "a", "value": "1"})
+            assert await client.call_ok("kv__get", {"key": "a"}) == {"value": "1"}
+            await client.undo_to(checkpoint)
+            assert await client.call_ok("kv__get", {"key": "a"}) == {"value": None}
+    finally:
+        late.stop()
     log = proxy_log()
     assert "server 'kv' failed to start" in log
+    assert "server 'kv' started on attempt" in log
     assert TOKEN not in log
 
 
