@@ -12,7 +12,7 @@ import pytest
 
 from pytest_compensator.client import ProxyClient
 
-from .conftest import SERVERS, Launcher
+from .conftest import SERVERS, Faults, Launcher
 
 pytestmark = pytest.mark.anyio
 
@@ -63,8 +63,9 @@ async def _others_work(client: ProxyClient, title: str) -> None:
 
 
 async def test_garbage_around_every_answer(
-    proxy: Launcher, config: Path, tasks_env: dict[str, str]
+    proxy: Launcher, config: Path, tasks_env: dict[str, str], faults: Faults
 ) -> None:
+    faults.kind, faults.injected = "garbage lines and stray answers on stdout", 1
     async with proxy(config, env=tasks_env) as client:
         names = {tool.name for tool in await client.list_tools()}
         assert {"noisy__echo", "noisy__never", "tasks__add_task"} <= names
@@ -74,11 +75,17 @@ async def test_garbage_around_every_answer(
         reply = await client.call("noisy__stray")
         assert (reply.is_error, reply.text) == (False, "after stray answers")
         await _others_work(client, "after garbage")
+    faults.survived += 1
 
 
 async def test_bytes_that_are_not_utf8(
-    proxy: Launcher, config: Path, tasks_env: dict[str, str], proxy_log: Callable[[], str]
+    proxy: Launcher,
+    config: Path,
+    tasks_env: dict[str, str],
+    proxy_log: Callable[[], str],
+    faults: Faults,
 ) -> None:
+    faults.kind, faults.injected = "non-UTF-8 bytes on stdout", 1
     async with proxy(config, env=tasks_env) as client:
         reply = await client.call("raw__binary")
         assert (reply.is_error, reply.text) == (False, "after binary"), reply.text
@@ -86,12 +93,14 @@ async def test_bytes_that_are_not_utf8(
         again = await client.call("raw__echo", {"text": "still here"})
         assert (again.is_error, again.text) == (False, "still here"), again.text
     assert "Traceback" not in proxy_log()
+    faults.survived += 1
 
 
 async def test_only_stray_answers_time_out(
-    proxy: Launcher, config: Path, tasks_env: dict[str, str]
+    proxy: Launcher, config: Path, tasks_env: dict[str, str], faults: Faults
 ) -> None:
     """Answers to ids never sent do not complete a pending call; its call_timeout does."""
+    faults.kind, faults.injected = "only answers to ids never sent", 1
     async with proxy(config, env=tasks_env) as client:
         started = time.monotonic()
         reply = await client.call("silent__never")
@@ -103,9 +112,13 @@ async def test_only_stray_answers_time_out(
         echo = await client.call("silent__echo", {"text": "ok"})
         assert (echo.is_error, echo.text) == (False, "ok")
         await _others_work(client, "after silence")
+    faults.survived += 1
 
 
-async def test_huge_results(proxy: Launcher, config: Path, tasks_env: dict[str, str]) -> None:
+async def test_huge_results(
+    proxy: Launcher, config: Path, tasks_env: dict[str, str], faults: Faults
+) -> None:
+    faults.kind, faults.injected = "huge results (20 MB text, 100,000 blocks)", 1
     size = 20 * 1024 * 1024
     async with proxy(config, env=tasks_env) as client:
         huge = await client.call("noisy__huge_text", {"megabytes": 20})
@@ -118,3 +131,4 @@ async def test_huge_results(proxy: Launcher, config: Path, tasks_env: dict[str, 
         assert len(many.raw.content) == 100_000
         assert many.raw.content[-1].text == "99999"
         await _others_work(client, "after huge results")
+    faults.survived += 1
