@@ -44,45 +44,50 @@ _META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
 
 
 class _Gate:
-    """Mutating calls share the gate; an undo holds it alone, so they wait for each other."""
+    """Mutating calls share the gate; an undo holds it alone, so they wait for each other.
+
+    Everything runs on one event loop, so the state is plain counters: a mutating call that
+    finds the gate open enters without awaiting anything (an anyio.Condition would cost two
+    trips through the loop per call); waiters sleep on an event set at each change."""
 
     def __init__(self) -> None:
-        self._cond = anyio.Condition()
         self._active = 0
         self._exclusive = False
         self._waiting = 0
+        self._changed = anyio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
 
     @asynccontextmanager
     async def shared(self) -> AsyncIterator[None]:
-        async with self._cond:
-            while self._exclusive or self._waiting:
-                await self._cond.wait()
-            self._active += 1
+        while self._exclusive or self._waiting:
+            await self._changed.wait()
+        self._active += 1
         try:
             yield
         finally:
-            with anyio.CancelScope(shield=True):
-                async with self._cond:
-                    self._active -= 1
-                    self._cond.notify_all()
+            self._active -= 1
+            if not self._active:
+                self._notify()
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
-        async with self._cond:
-            self._waiting += 1
-            try:
-                while self._exclusive or self._active:
-                    await self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._exclusive = True
+        self._waiting += 1
+        try:
+            while self._exclusive or self._active:
+                await self._changed.wait()
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._notify()  # mutating calls held back by this waiter may go (or re-check)
+        self._exclusive = True
         try:
             yield
         finally:
-            with anyio.CancelScope(shield=True):
-                async with self._cond:
-                    self._exclusive = False
-                    self._cond.notify_all()
+            self._exclusive = False
+            self._notify()
 
 
 def json_result(value: Any) -> types.CallToolResult:
