@@ -8,7 +8,7 @@ import importlib.metadata
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -42,27 +42,40 @@ CANCEL_NOTICE_TIMEOUT = 1.0
 
 SDK_VERSION = importlib.metadata.version("mcp")
 SDK_MAJOR = int(SDK_VERSION.split(".", 1)[0])
+MCP2 = SDK_MAJOR >= 2
+"""True on the mcp 2.x line. Branch on this name, not on SDK_MAJOR: mypy's `always_true`
+(pyproject.toml) then checks only the branch of the line it is run against."""
 
-if SDK_MAJOR >= 2:
+if MCP2:
     from mcp.shared.exceptions import MCPError as SDKError
 else:  # pragma: no cover - exercised by the mcp 1.x tox env
     from mcp.shared.exceptions import McpError as SDKError
 
 ToolLister = Callable[[str | None], Awaitable[types.ListToolsResult]]
 ToolCaller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+class ProgressCallback(Protocol):
+    """What gets the progress of a forwarded call: the SDKs' `ProgressFnT`, on both lines."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+
+_types_v1: Any = types
+"""mcp.types for the 1.x-only code below: names such as `ServerResult` are classes there and
+unions on 2.x, which mypy (checking against 2.x) would report as not callable."""
 
 
 def _timeout(seconds: float | None) -> Any:
     """1.x takes a timedelta, 2.x float seconds."""
-    if seconds is None or SDK_MAJOR >= 2:
+    if seconds is None or MCP2:
         return seconds
     return timedelta(seconds=seconds)  # pragma: no cover - 1.x only
 
 
 def _request(request: Any) -> Any:
     """1.x wants requests wrapped in the ClientRequest root model."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         return request
     return types.ClientRequest(request)  # pragma: no cover - 1.x only
 
@@ -85,7 +98,7 @@ async def call_tool_raw(
     if meta is not None:
         params["_meta"] = meta
     request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
-    if SDK_MAJOR >= 2:
+    if MCP2:
         result: types.CallToolResult = await session.send_request(
             request,
             types.CallToolResult,
@@ -99,7 +112,7 @@ async def call_tool_raw(
 
 
 async def _send_cancellable_v1(  # pragma: no cover - 1.x only
-    session: ClientSession,
+    session: Any,
     request: types.CallToolRequest,
     timeout: float | None,
     progress_callback: ProgressCallback | None = None,
@@ -109,7 +122,7 @@ async def _send_cancellable_v1(  # pragma: no cover - 1.x only
     try:
         result: types.CallToolResult = await session.send_request(
             _request(request),
-            types.CallToolResult,
+            _types_v1.CallToolResult,
             request_read_timeout_seconds=_timeout(timeout),
             progress_callback=progress_callback,
         )
@@ -120,9 +133,11 @@ async def _send_cancellable_v1(  # pragma: no cover - 1.x only
     return result
 
 
-async def _notify_cancelled_v1(session: ClientSession, request_id: int) -> None:  # pragma: no cover
-    params = types.CancelledNotificationParams(requestId=request_id, reason="cancelled by client")
-    notice = types.ClientNotification(types.CancelledNotification(params=params))
+async def _notify_cancelled_v1(session: Any, request_id: int) -> None:  # pragma: no cover
+    params = _types_v1.CancelledNotificationParams(
+        requestId=request_id, reason="cancelled by client"
+    )
+    notice = _types_v1.ClientNotification(_types_v1.CancelledNotification(params=params))
     # A closed stream means the server is gone, so it is not working on the request either.
     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
         await session.send_notification(notice)
@@ -134,13 +149,14 @@ async def list_tools_page(session: ClientSession, cursor: str | None) -> types.L
 
 
 def next_cursor(page: types.ListToolsResult) -> str | None:
-    cursor: str | None = page.next_cursor if SDK_MAJOR >= 2 else page.nextCursor
-    return cursor
+    if MCP2:
+        return page.next_cursor
+    return page.nextCursor  # pragma: no cover - 1.x only
 
 
 def result_parts(result: types.CallToolResult) -> tuple[Any, list[dict[str, Any]], bool]:
     """(structuredContent, content blocks as wire dicts, isError) of a tool result."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         structured, is_error = result.structured_content, result.is_error
     else:  # pragma: no cover - 1.x only
         structured, is_error = result.structuredContent, result.isError
@@ -223,7 +239,7 @@ def build_server(
 
     `catalog` adds the resource, prompt and completion handlers that are not None (each
     capability is advertised only when its handler is given)."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         server = _build_server_v2(name, version, instructions, list_tools, call_tool)
     else:  # pragma: no cover - 1.x only
         server = _build_server_v1(name, version, instructions, list_tools, call_tool)
@@ -254,20 +270,20 @@ def _build_server_v2(
 def _build_server_v1(  # pragma: no cover - 1.x only
     name: str, version: str, instructions: str, list_tools: ToolLister, call_tool: ToolCaller
 ) -> Server[Any]:
-    server: Server[Any] = Server(name, version=version, instructions=instructions)
+    server: Any = Server(name, version=version, instructions=instructions)
 
     async def on_list_tools(request: Any) -> Any:
         cursor = request.params.cursor if request.params is not None else None
-        return types.ServerResult(await list_tools(cursor))
+        return _types_v1.ServerResult(await list_tools(cursor))
 
     async def on_call_tool(request: Any) -> Any:
         arguments = dict(request.params.arguments or {})
         ctx = server.request_context
         with _handling_call(ctx.session, ctx.request_id, ctx.meta, request.params.name):
-            return types.ServerResult(await call_tool(request.params.name, arguments))
+            return _types_v1.ServerResult(await call_tool(request.params.name, arguments))
 
-    server.request_handlers[types.ListToolsRequest] = on_list_tools
-    server.request_handlers[types.CallToolRequest] = on_call_tool
+    server.request_handlers[_types_v1.ListToolsRequest] = on_list_tools
+    server.request_handlers[_types_v1.CallToolRequest] = on_call_tool
     return server
 
 
@@ -316,7 +332,7 @@ class CatalogHandlers:
 
 
 def _add_catalog(server: Server[Any], handlers: CatalogHandlers) -> None:
-    if SDK_MAJOR >= 2:
+    if MCP2:
         _add_catalog_v2(server, handlers)
     else:  # pragma: no cover - 1.x only
         _add_catalog_v1(server, handlers)
@@ -378,7 +394,7 @@ def _v2_subscriber(handler: Callable[[str, Any], Awaitable[None]]) -> Any:
     return on_subscription
 
 
-def _add_catalog_v1(server: Server[Any], h: CatalogHandlers) -> None:  # pragma: no cover
+def _add_catalog_v1(server: Any, h: CatalogHandlers) -> None:  # pragma: no cover
     handlers = server.request_handlers
 
     def lister(request_type: Any, handler: PageLister | None) -> None:
@@ -386,47 +402,47 @@ def _add_catalog_v1(server: Server[Any], h: CatalogHandlers) -> None:  # pragma:
             return
 
         async def on_list(request: Any) -> Any:
-            return types.ServerResult(await handler(_cursor(request.params)))
+            return _types_v1.ServerResult(await handler(_cursor(request.params)))
 
         handlers[request_type] = on_list
 
-    lister(types.ListResourcesRequest, h.list_resources)
-    lister(types.ListResourceTemplatesRequest, h.list_resource_templates)
-    lister(types.ListPromptsRequest, h.list_prompts)
+    lister(_types_v1.ListResourcesRequest, h.list_resources)
+    lister(_types_v1.ListResourceTemplatesRequest, h.list_resource_templates)
+    lister(_types_v1.ListPromptsRequest, h.list_prompts)
     read, get, complete = h.read_resource, h.get_prompt, h.complete
     if read is not None:
 
         async def on_read(request: Any) -> Any:
-            return types.ServerResult(await read(str(request.params.uri)))
+            return _types_v1.ServerResult(await read(str(request.params.uri)))
 
-        handlers[types.ReadResourceRequest] = on_read
+        handlers[_types_v1.ReadResourceRequest] = on_read
     for request_type, handler in (
-        (types.SubscribeRequest, h.subscribe_resource),
-        (types.UnsubscribeRequest, h.unsubscribe_resource),
+        (_types_v1.SubscribeRequest, h.subscribe_resource),
+        (_types_v1.UnsubscribeRequest, h.unsubscribe_resource),
     ):
         if handler is not None:
             handlers[request_type] = _v1_subscriber(server, handler)
     if get is not None:
 
         async def on_get(request: Any) -> Any:
-            return types.ServerResult(await get(request.params.name, request.params.arguments))
+            return _types_v1.ServerResult(await get(request.params.name, request.params.arguments))
 
-        handlers[types.GetPromptRequest] = on_get
+        handlers[_types_v1.GetPromptRequest] = on_get
     if complete is not None:
 
         async def on_complete(request: Any) -> Any:
             params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
-            return types.ServerResult(await complete(params))
+            return _types_v1.ServerResult(await complete(params))
 
-        handlers[types.CompleteRequest] = on_complete
+        handlers[_types_v1.CompleteRequest] = on_complete
 
 
 def _v1_subscriber(  # pragma: no cover - 1.x only
-    server: Server[Any], handler: Callable[[str, Any], Awaitable[None]]
+    server: Any, handler: Callable[[str, Any], Awaitable[None]]
 ) -> Any:
     async def on_subscription(request: Any) -> Any:
         await handler(str(request.params.uri), server.request_context.session)
-        return types.ServerResult(types.EmptyResult())
+        return _types_v1.ServerResult(_types_v1.EmptyResult())
 
     return on_subscription
 
@@ -436,9 +452,9 @@ def _adjust_capabilities(server: Server[Any], h: CatalogHandlers) -> None:
     1.x always says subscribe=false, and both lines take listChanged from one
     NotificationOptions shared with tools."""
     derive = server.get_capabilities
-    changed = "list_changed" if SDK_MAJOR >= 2 else "listChanged"
+    changed = "list_changed" if MCP2 else "listChanged"
     modern: Any = ()
-    if SDK_MAJOR >= 2:
+    if MCP2:
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS as modern
 
     def get_capabilities(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
@@ -463,7 +479,7 @@ def to_wire(model: Any) -> dict[str, Any]:
 
 def sdk_error(code: int, message: str, data: Any = None) -> Exception:
     """The SDK's error that a request handler raises to answer with a JSON-RPC error."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         return SDKError(code, message, data)
     return SDKError(types.ErrorData(code=code, message=message, data=data))  # pragma: no cover
 
@@ -476,7 +492,7 @@ def error_data(exc: Exception) -> tuple[int, str, Any]:
 
 _LIST_FIELDS = {
     "resources": "resources",
-    "resource_templates": "resource_templates" if SDK_MAJOR >= 2 else "resourceTemplates",
+    "resource_templates": "resource_templates" if MCP2 else "resourceTemplates",
     "prompts": "prompts",
 }
 
@@ -487,7 +503,7 @@ async def list_page(
     """One page of `resources`, `resource_templates` or `prompts`: (items, next cursor)."""
     params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
     page = await getattr(session, f"list_{kind}")(params=params)
-    after: str | None = page.next_cursor if SDK_MAJOR >= 2 else page.nextCursor
+    after: str | None = page.next_cursor if MCP2 else page.nextCursor
     return list(getattr(page, _LIST_FIELDS[kind])), after
 
 
@@ -546,7 +562,7 @@ def _handling_call(session: Any, request_id: Any, meta: Any, tool: str) -> Itera
 def _progress_token(meta: Any) -> str | int | None:
     if meta is None:
         return None
-    if SDK_MAJOR >= 2:  # a TypedDict keyed by the field name
+    if MCP2:  # a TypedDict keyed by the field name
         token: str | int | None = meta.get("progress_token")
         return token
     return getattr(meta, "progressToken", None)  # pragma: no cover - 1.x only
@@ -566,7 +582,7 @@ class RelayHandlers:
 
 def install_relay(server: Server[Any], handlers: RelayHandlers) -> None:
     """Register the relay's handlers; registering `logging/setLevel` advertises `logging`."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         _install_relay_v2(server, handlers)
     else:  # pragma: no cover - 1.x only
         _install_relay_v1(server, handlers)
@@ -594,32 +610,32 @@ def _install_relay_v2(server: Server[Any], handlers: RelayHandlers) -> None:
     )
 
 
-def _install_relay_v1(server: Server[Any], handlers: RelayHandlers) -> None:  # pragma: no cover
+def _install_relay_v1(server: Any, handlers: RelayHandlers) -> None:  # pragma: no cover
     # 1.x hands notification handlers no session; `run` passes it to `_handle_message`, which
     # is looked up on the instance, so wrapping it there sees the session of every message.
     handle_message = server._handle_message
 
     async def on_message(message: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
         root = getattr(message, "root", None)
-        if isinstance(root, types.InitializedNotification):
+        if isinstance(root, _types_v1.InitializedNotification):
             handlers.on_client(session)
         return await handle_message(message, session, *args, **kwargs)
 
     async def on_set_level(request: Any) -> Any:
         await handlers.set_level(request.params.level)
-        return types.ServerResult(types.EmptyResult())
+        return _types_v1.ServerResult(_types_v1.EmptyResult())
 
     async def on_roots_changed(notification: Any) -> None:
         await handlers.roots_changed()
 
-    server._handle_message = on_message  # type: ignore[method-assign]
-    server.request_handlers[types.SetLevelRequest] = on_set_level
-    server.notification_handlers[types.RootsListChangedNotification] = on_roots_changed
+    server._handle_message = on_message
+    server.request_handlers[_types_v1.SetLevelRequest] = on_set_level
+    server.notification_handlers[_types_v1.RootsListChangedNotification] = on_roots_changed
 
 
 def client_supports(session: Any, capability: str) -> bool:
     """Whether the client of `session` advertised `capability` (sampling, elicitation, roots)."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         capabilities = session.client_capabilities
     else:  # pragma: no cover - 1.x only
         params = session.client_params
@@ -629,7 +645,7 @@ def client_supports(session: Any, capability: str) -> bool:
 
 def server_supports(session: ClientSession, capability: str) -> bool:
     """Whether the downstream server of `session` advertised `capability` (e.g. logging)."""
-    if SDK_MAJOR >= 2:
+    if MCP2:  # noqa: SIM108 - in a ternary mypy would check the 1.x side against 2.x
         capabilities = session.server_capabilities
     else:  # pragma: no cover - 1.x only
         capabilities = session.get_server_capabilities()
@@ -638,7 +654,7 @@ def server_supports(session: ClientSession, capability: str) -> bool:
 
 async def notify_client(session: Any, notification: Any, related_request_id: Any = None) -> None:
     """Send a server notification (an unwrapped model such as ToolListChangedNotification)."""
-    if SDK_MAJOR < 2:  # pragma: no cover - 1.x only
+    if not MCP2:  # pragma: no cover - 1.x only
         notification = types.ServerNotification(notification)
     await session.send_notification(notification, related_request_id=related_request_id)
 
@@ -650,7 +666,7 @@ async def ask_client(
 
     With `related_request_id` (the client's request being handled) it travels with that
     request: over streamable HTTP on the POST's response stream, not the session's GET stream."""
-    if SDK_MAJOR < 2:  # pragma: no cover - 1.x only
+    if not MCP2:  # pragma: no cover - 1.x only
         request = types.ServerRequest(request)
     if related_request_id is None:
         return await session.send_request(request, result_type)
@@ -664,7 +680,7 @@ def on_client_closed(session: Any, callback: Callable[[], None]) -> None:
     """Run `callback` when the client connection of `session` closes, where the SDK says so
     (2.x: the connection's exit stack). On 1.x sending to a closed session raises
     ClosedResourceError, which is how the relay finds out there."""
-    connection = getattr(session, "_connection", None) if SDK_MAJOR >= 2 else None
+    connection = getattr(session, "_connection", None) if MCP2 else None
     if connection is not None:
         connection.exit_stack.callback(callback)
 
@@ -672,7 +688,7 @@ def on_client_closed(session: Any, callback: Callable[[], None]) -> None:
 def client_key(session: Any) -> Any:
     """What stays the same for every message of one client connection: 1.x has one
     ServerSession per connection, 2.x builds one per message around the connection."""
-    if SDK_MAJOR >= 2:
+    if MCP2:
         return getattr(session, "_connection", session)
     return session  # pragma: no cover - 1.x only
 
@@ -682,7 +698,7 @@ def notification_of(message: Any) -> Any:
     (a transport exception; on 1.x also a request the session did not answer itself)."""
     if isinstance(message, Exception):
         return None
-    if SDK_MAJOR >= 2:
+    if MCP2:
         return message
     root = getattr(message, "root", None)  # pragma: no cover - 1.x only
     return root if isinstance(message, types.ServerNotification) else None  # pragma: no cover

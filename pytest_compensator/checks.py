@@ -42,17 +42,19 @@ class CheckSettings:
     seed: int | None
 
     def hypothesis(self) -> hypothesis.settings:
+        default = hypothesis.settings.default
+        assert default is not None  # a profile is always loaded
         return hypothesis.settings(
             max_examples=self.examples,
             stateful_step_count=self.steps,
             deadline=None,
             suppress_health_check=list(HealthCheck),
             # An explicit seed means "reproduce this run": do not replay saved failures.
-            database=None if self.seed is not None else hypothesis.settings.default.database,
+            database=None if self.seed is not None else default.database,
             print_blob=False,
             # The explain phase lists lines of the proxy and plugin that only failing runs
             # reached: noise to a registry author, and it traces every replay.
-            phases=[p for p in hypothesis.settings.default.phases if p != Phase.explain],
+            phases=[p for p in default.phases if p != Phase.explain],
         )
 
     def apply_seed(self, test: Callable[..., None]) -> Callable[..., None]:

@@ -80,8 +80,9 @@ def pytest_collection_modifyitems(
     node = RegistryFile.from_parent(session, path=s.config, settings=s, coverage=_coverage(config))
     generated = list(node.collect())
     items[:0] = generated
+    result: list[pytest.Item | pytest.Collector] = [*generated]
     session.ihook.pytest_collectreport(
-        report=pytest.CollectReport(node.nodeid, "passed", None, generated)
+        report=pytest.CollectReport(node.nodeid, "passed", None, result)
     )
 
 
