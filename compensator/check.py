@@ -247,6 +247,9 @@ def _policy_references(policy: ToolPolicy) -> Iterator[_Reference]:
     if policy.snapshot_tool is not None:
         key = f"{base}.snapshot_tool"
         yield _Reference(tool=policy.snapshot_tool, key=key, args=policy.snapshot_args)
+    if policy.verify_tool is not None and policy.verify_args is not policy.snapshot_args:
+        key = f"{base}.verify.tool"
+        yield _Reference(tool=policy.verify_tool, key=key, args=policy.verify_args)
     for index, step in enumerate(policy.inverse):
         single = step.args.where == f"{base}.inverse_args"
         key = f"{base}.inverse_tool" if single else f"{base}.inverse[{index}].tool"
@@ -300,6 +303,8 @@ def _check_reads(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
 def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
     if policy.snapshot_args is not None:
         yield from policy.snapshot_args.expressions()
+    if policy.verify_args is not None and policy.verify_args is not policy.snapshot_args:
+        yield from policy.verify_args.expressions()
     for step in policy.inverse:
         yield from step.args.expressions()
         if step.when is not None:

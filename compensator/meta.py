@@ -176,7 +176,7 @@ def explain(
         )
     if policy is not None and policy.verify:
         text += (
-            f" Verified: the proxy reads {policy.snapshot_tool} again after the call, and undo "
+            f" Verified: the proxy reads {policy.verify_tool} again after the call, and undo "
             "skips the change (reason `drift`) if that state changed by then."
         )
     if policy is not None and policy.redact:

@@ -190,7 +190,7 @@ class Proxy:
             error=outcome.error,
         )
         if outcome.ok and policy is not None and policy.verify:
-            await self._record_post_state(change_id, policy, arguments)
+            await self._record_post_state(change_id, policy, arguments, outcome.value)
         return result
 
     def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
@@ -202,17 +202,19 @@ class Proxy:
         return error_result(f"{exc} (the call was not sent; nothing changed)")
 
     async def _record_post_state(
-        self, change_id: int, policy: ToolPolicy, arguments: dict[str, Any]
+        self, change_id: int, policy: ToolPolicy, arguments: dict[str, Any], value: Any
     ) -> None:
-        """Read the state again after a verified call, for undo's drift check."""
-        assert policy.snapshot_tool is not None
+        """Read the state again after a verified call (`value` is its result), for undo's
+        drift check, which repeats the same read."""
+        assert policy.verify_tool is not None
+        context = {"args": arguments, "result": redact(value, "result", policy.redact)}
         try:
-            args = policy.snapshot_args.render({"args": arguments}) if policy.snapshot_args else {}
-            result = await self.pool.call(policy.snapshot_tool, args)
+            args = policy.verify_args.render(context) if policy.verify_args else {}
+            result = await self.pool.call(policy.verify_tool, args)
         except (CompensatorError, ValueError, TypeError) as exc:
             self.journal.record_post_state(change_id, None, f"reading the state failed: {exc}")
             return
-        outcome = self.outcome(policy.snapshot_tool, args, result)
+        outcome = self.outcome(policy.verify_tool, args, result)
         state = observed_state(outcome)
         error = None if state is not None else outcome.error or "the read returned nothing"
         self.journal.record_post_state(change_id, state, error)

@@ -130,6 +130,10 @@ class ToolPolicy:
     test: TestSpec | None
     line: int
     verify: bool = False
+    verify_tool: str | None = None
+    """The read the drift check repeats (with `verify_args`): `verify: {tool, args}`, else
+    the tool's snapshot_tool and snapshot_args; None when verify is off."""
+    verify_args: Template | None = None
     idempotent: bool = False
     redact: tuple[RedactPath, ...] = ()
 
@@ -240,6 +244,7 @@ _POLICY_KEYS = (
     "redact",
 )
 _STEP_KEYS = ("tool", "args", "when")
+_VERIFY_KEYS = ("tool", "args")
 _TEST_KEYS = ("schema", "examples")
 _UNDO_KEYS = ("inverse_tool", "inverse_args", "inverse", "snapshot_tool", "snapshot_args")
 _WRITABLE = ("read", "reversible", "compensable", "irreversible")
@@ -604,9 +609,20 @@ class _Parser:
 
     def tools(self, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]:
         raw = self.expect({} if raw is None else raw, dict, "tools")
-        return {
+        policies = {
             name: self.policy(name, value, f"tools.{name}", defaults) for name, value in raw.items()
         }
+        for policy in policies.values():
+            read = policies.get(policy.verify_tool or "")
+            if read is not None and read.classification is not Classification.READ:
+                where = f"tools.{policy.name}.verify"
+                where += ".tool" if policy.verify_args is not policy.snapshot_args else ""
+                problem = (
+                    f"the drift check calls {read.name} before each undo, and the registry "
+                    f"classifies it {read.classification.value}: it must only read"
+                )
+                raise self.error(where, problem, "Name a read tool, or drop verify.")
+        return policies
 
     # -- tool policies --------------------------------------------------------------------
 
@@ -615,17 +631,21 @@ class _Parser:
         raw = self.mapping(raw, key, _POLICY_KEYS, ("classification",))
         kind = self.classification(raw["classification"], f"{key}.classification")
         self.shape(raw, kind, key)
+        snapshot_args = self.snapshot_args(raw, key)
+        verify, verify_tool, verify_args = self.verify(raw, key, defaults, snapshot_args)
         policy = ToolPolicy(
             name=name,
             classification=kind,
             snapshot_tool=self.optional(raw, "snapshot_tool", key, self.target),
-            snapshot_args=self.snapshot_args(raw, key),
+            snapshot_args=snapshot_args,
             inverse=self.inverse(raw, key),
             error_when=self.optional(raw, "error_when", key, self.condition),
             mutating_when=self.optional(raw, "mutating_when", key, self.condition),
             test=self.optional(raw, "test", key, self.test_spec),
             line=line_of(self.lines, key),
-            verify=self.verify(raw, key, defaults),
+            verify=verify,
+            verify_tool=verify_tool,
+            verify_args=verify_args,
             idempotent=self.expect(raw.get("idempotent", False), bool, f"{key}.idempotent"),
             redact=self.redactions(raw.get("redact", []), f"{key}.redact"),
         )
@@ -633,16 +653,38 @@ class _Parser:
         self.check_redactions(policy, f"{key}.redact")
         return policy
 
-    def verify(self, raw: dict[str, Any], key: str, defaults: Defaults) -> bool:
-        """`verify:` of the tool; the registry default applies to tools that take a snapshot."""
-        if "verify" not in raw:
-            return defaults.verify and "snapshot_tool" in raw
-        verify = bool(self.expect(raw["verify"], bool, f"{key}.verify"))
-        if verify and "snapshot_tool" not in raw:
-            problem = "verify reads the state again with snapshot_tool, and this tool has none"
-            fix = "Add snapshot_tool (and snapshot_args), classify it compensable, or drop verify."
-            raise self.error(f"{key}.verify", problem, fix)
-        return verify
+    def verify(
+        self, raw: dict[str, Any], key: str, defaults: Defaults, snapshot_args: Template | None
+    ) -> tuple[bool, str | None, Template | None]:
+        """`verify:` of the tool as (on, read tool, read args). `true` repeats the snapshot
+        read; `{tool, args}` names a read of its own (so reversible tools can be verified);
+        the registry default applies to tools that take a snapshot."""
+        where = f"{key}.verify"
+        value = raw.get("verify", defaults.verify and "snapshot_tool" in raw)
+        if isinstance(value, dict):
+            read = self.mapping(value, where, _VERIFY_KEYS, ("tool",))
+            tool = self.target(read["tool"], f"{where}.tool")
+            return True, tool, self.template(read.get("args", {}), f"{where}.args")
+        if not isinstance(value, bool):
+            problem = f"expected true, false or a {{tool, args}} read, got {_describe(value)}"
+            fix = "Write verify: true, or verify: {tool: server__read_tool, args: {...}}."
+            raise self.error(where, problem, fix)
+        if not value:
+            return False, None, None
+        if "snapshot_tool" not in raw:
+            problem = (
+                "verify: true reads the state again with snapshot_tool, and this tool has none"
+            )
+            fix = (
+                'Name the read: verify: {tool: server__read_tool, args: {id: "{args.id}"}}, '
+                "or add snapshot_tool (compensable tools), or drop verify."
+            )
+            raise self.error(where, problem, fix)
+        return (
+            True,
+            self.target(raw["snapshot_tool"], f"{key}.snapshot_tool"),
+            snapshot_args,
+        )
 
     def redactions(self, raw: Any, key: str) -> tuple[RedactPath, ...]:
         items = self.expect(raw, list, key)
@@ -663,8 +705,8 @@ class _Parser:
         """An inverse that needs a value the journal never stores could never be built."""
         hidden = [path.fields() for path in policy.redact]
         needed = _step_expressions(policy.inverse)
-        if policy.verify and policy.snapshot_args is not None:
-            needed.extend(policy.snapshot_args.expressions())  # the drift check reads it again
+        if policy.verify_args is not None:
+            needed.extend(policy.verify_args.expressions())  # the drift check reads it again
         for expr in needed:
             for read in expr.root_paths():
                 read = read[1:] if read[:2] == ("change", "args") else read
@@ -708,11 +750,16 @@ class _Parser:
             raise self.error(f"{key}.snapshot_tool", problem, fix)
 
     def never_runs(self, raw: dict[str, Any], kind: Classification, key: str) -> None:
+        a_kind = f"{'an' if kind.value[0] in 'aeiou' else 'a'} {kind.value} tool"
         for name in _UNDO_KEYS:
             if name in raw:
-                problem = f"a {kind.value} tool is never undone, so {name} would never run"
+                problem = f"{a_kind} is never undone, so {name} would never run"
                 fix = "Remove it, or classify the tool reversible or compensable."
                 raise self.error(f"{key}.{name}", problem, fix)
+        if raw.get("verify", False) is not False:
+            problem = f"{a_kind} is never undone, so there is no undo to verify"
+            fix = "Remove verify, or classify the tool reversible or compensable."
+            raise self.error(f"{key}.verify", problem, fix)
 
     def pairs(self, raw: dict[str, Any], key: str) -> None:
         if "inverse_tool" in raw and "inverse" in raw:
@@ -768,6 +815,9 @@ class _Parser:
             self.restrict([policy.error_when], {"result", "args"}, why)
         if policy.mutating_when is not None:
             self.restrict([policy.mutating_when], {"args"}, "mutating_when sees only args")
+        if policy.verify_args is not None:
+            why = "the drift check's read is built from the call's args and result"
+            self.restrict(policy.verify_args.expressions(), {"args", "result"}, why)
         if policy.classification is Classification.REVERSIBLE:
             why = "a reversible tool takes no snapshot (classify it compensable to take one)"
             self.restrict(_step_expressions(policy.inverse), _ALL_NAMES - _SNAPSHOT_NAMES, why)

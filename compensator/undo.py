@@ -222,20 +222,20 @@ class Undoer:
         now = await self._read_state(change, policy)
         if now != change.post_state:
             raise _Skip(
-                f"drift: the state read with {policy.snapshot_tool} changed since the call, and "
+                f"drift: the state read with {policy.verify_tool} changed since the call, and "
                 f"undo would overwrite that change; {_FORCE_HINT}",
                 drift={"after_call": change.post_state, "now": now},
             )
 
     async def _read_state(self, change: Change, policy: ToolPolicy) -> Any:
-        assert policy.snapshot_tool is not None
+        """The state the drift check compares, read now as it was right after the call."""
+        assert policy.verify_tool is not None
+        context = {"args": change.args, "result": change.result}
         try:
-            args = (
-                policy.snapshot_args.render({"args": change.args}) if policy.snapshot_args else {}
-            )
+            args = policy.verify_args.render(context) if policy.verify_args else {}
         except CompensatorError as exc:
             raise _Skip(f"cannot check for drift: {exc}; {_FORCE_HINT}") from exc
-        outcome = await self._call(policy.snapshot_tool, args)
+        outcome = await self._call(policy.verify_tool, args)
         state = observed_state(outcome)
         if state is None:
             raise _Skip(f"cannot check for drift: {outcome.error}; {_FORCE_HINT}")

@@ -242,10 +242,16 @@ def test_tools_no_server_offers_are_errors_with_a_suggestion(tasks_registry: Wri
             inverse:
               - tool: tasks__set_stat
                 args: {id: "{args.id}", status: "{snapshot.status}"}
+          tasks__add_task:
+            classification: reversible
+            inverse_tool: tasks__delete_task
+            inverse_args: {id: "{result.id}"}
+            verify: {tool: tasks__get_tas, args: {id: "{result.id}"}}
         """
     )
     found = by_key(check_json(config, code=1))
     expected = {
+        "tools.tasks__add_task.verify.tool": ("tasks__get_tas", "tasks__get_task"),
         "state[0].tool": ("tasks__list_taks", "tasks__list_tasks"),
         "reset[0].tool": ("tasks__rest", "tasks__reset"),
         "tools.tasks__add_tsk": ("tasks__add_tsk", "tasks__add_task"),

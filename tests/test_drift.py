@@ -5,6 +5,7 @@ into the server's SQLite file."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compensator.errors import RegistryError
+from compensator.registry import load_registry
 from pytest_compensator.client import launch_proxy
 from tests.conftest import EXAMPLES
 from tests.faults import tally
@@ -171,3 +174,108 @@ def test_out_of_band_changes_are_reported_never_overwritten(tmp_path):
         run()
         # Each out-of-band write that reached the undo survived it (else an assert above failed).
         tally("out-of-band write, then undo (verify)", injected=writes[0], survived=writes[0])
+
+
+# -- verify with a read of its own: reversible tools ------------------------------------------
+
+ADD_TASK_READ = '    verify: {tool: tasks__get_task, args: {id: "{result.id}"}}\n'
+
+
+def with_lines(tmp_path: Path, tool: str, lines: str, name: str = "verify-read.yaml") -> Path:
+    """The example registry with `lines` added to `tool`'s entry, its server path absolute."""
+    text = (EXAMPLES / "compensators.yaml").read_text()
+    text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
+    head = f"  {tool}:\n    classification: "
+    assert head in text
+    path = tmp_path / name
+    path.write_text(text.replace(head, f"  {tool}:\n{lines}    classification: ", 1))
+    return path
+
+
+@pytest.mark.anyio
+async def test_a_reversible_tool_is_verified_with_a_read_of_its_own(proxy, tmp_path, tasks_env):
+    """add_task is undone by deleting the task; a task a person edited since is not deleted."""
+    db = tmp_path / "tasks.db"
+    config = with_lines(tmp_path, "tasks__add_task", ADD_TASK_READ)
+    async with proxy(config, env=tasks_env) as client:
+        explained = await client.call_ok("explain_blast_radius", {"tool": "tasks__add_task"})
+        assert "reads tasks__get_task again after the call" in explained["explanation"]
+        cp = await client.checkpoint()
+        edited = await client.call_ok("tasks__add_task", {"title": "draft"})
+        untouched = await client.call_ok("tasks__add_task", {"title": "scratch"})
+        out_of_band(db, "UPDATE tasks SET title = 'kept by a person' WHERE id = ?", edited["id"])
+
+        report = await client.undo_to(cp)
+
+        assert [c["args"]["title"] for c in report["undone"]] == ["scratch"]
+        [skipped] = report["skipped"]
+        assert skipped["reason"].startswith("drift: the state read with tasks__get_task")
+        assert skipped["drift"]["after_call"]["content"]["title"] == "draft"
+        assert skipped["drift"]["now"]["content"]["title"] == "kept by a person"
+        assert titles(db) == {edited["id"]: ("kept by a person", "open")}
+        assert untouched["id"] not in titles(db)
+
+        forced = await client.call_ok("undo_to", {"checkpoint_id": cp, "force": True})
+        assert [c["id"] for c in forced["undone"]] == [skipped["id"]]
+        assert titles(db) == {}
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(RegistryError) as caught:
+        load_registry(path, environ={"COMPENSATOR_PYTHON": sys.executable})
+    message = str(caught.value)
+    assert f"{path}:" in message  # file and line
+    return message
+
+
+@pytest.mark.parametrize(
+    ("tool", "lines", "key", "expected"),
+    [
+        (
+            "tasks__add_task",
+            "    verify: true\n",
+            "tools.tasks__add_task.verify",
+            "Name the read: verify: {tool: server__read_tool",
+        ),
+        (
+            "tasks__add_task",
+            "    verify: {tol: tasks__get_task}\n",
+            "tools.tasks__add_task.verify.tol",
+            "Did you mean 'tool'?",
+        ),
+        (
+            "tasks__add_task",
+            "    verify: yes please\n",
+            "tools.tasks__add_task.verify",
+            "expected true, false or a {tool, args} read",
+        ),
+        (
+            "tasks__add_task",
+            '    verify: {tool: tasks__get_task, args: {id: "{snapshot.id}"}}\n',
+            "tools.tasks__add_task.verify.args",
+            "built from the call's args and result",
+        ),
+        (
+            "tasks__add_task",
+            '    verify: {tool: tasks__delete_task, args: {id: "{result.id}"}}\n',
+            "tools.tasks__add_task.verify.tool",
+            "classifies it compensable: it must only read",
+        ),
+        (
+            "tasks__add_task",
+            f"    redact: [result.id]\n{ADD_TASK_READ}",
+            "tools.tasks__add_task.redact",
+            "reads `result.id`, which redact keeps out",
+        ),
+        (
+            "tasks__purge_completed",
+            "    verify: {tool: tasks__list_tasks}\n",
+            "tools.tasks__purge_completed.verify",
+            "an irreversible tool is never undone",
+        ),
+    ],
+)
+def test_verify_mistakes_are_located_load_errors(tmp_path, tool, lines, key, expected):
+    message = load_error(with_lines(tmp_path, tool, lines))
+    assert key in message
+    assert expected in message

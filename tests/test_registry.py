@@ -721,7 +721,8 @@ def test_never_undone_with_undo_keys(tmp_path: Path, kind: str, extra: str) -> N
         """)
     name = extra.split(":")[0]
     error = load_error(tmp_path, text, f"tools.tasks__x.{name}", extra, {})
-    assert f"a {kind} tool is never undone, so {name} would never run" in str(error)
+    article = "an" if kind == "irreversible" else "a"
+    assert f"{article} {kind} tool is never undone, so {name} would never run" in str(error)
     assert "classify the tool reversible or compensable" in str(error)
 
 
@@ -954,3 +955,6 @@ def test_the_readme_registry_reference_loads(tmp_path: Path) -> None:
     assert dict(remote.headers) == {"Authorization": "Bearer r"}
     assert registry.servers["tasks"].call_timeout == 60
     assert registry.tools["tasks__rename_task"].redact
+    added = registry.tools["tasks__add_task"]
+    assert (added.verify, added.verify_tool) == (True, "tasks__get_task")
+    assert added.verify_args is not None and added.verify_args.source == {"id": "{result.id}"}
