@@ -4,7 +4,11 @@ The end-to-end race is in tests/test_concurrency.py; these pin down each orderin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
 import anyio
+import anyio.abc
 import pytest
 
 from compensator.proxy import _Gate
@@ -12,14 +16,15 @@ from compensator.proxy import _Gate
 pytestmark = pytest.mark.anyio
 
 
-async def test_shared_holders_do_not_wait_for_each_other() -> None:
-    gate = _Gate()
-    inside = 0
-    most = 0
+async def most_inside_at_once(
+    enter: Callable[[], AbstractAsyncContextManager[None]], holders: int
+) -> int:
+    """Start `holders` tasks that each hold `enter()` for a moment; how many held it at once."""
+    inside = most = 0
 
-    async def call() -> None:
+    async def hold() -> None:
         nonlocal inside, most
-        async with gate.shared():
+        async with enter():
             inside += 1
             most = max(most, inside)
             await anyio.sleep(0.01)
@@ -27,96 +32,70 @@ async def test_shared_holders_do_not_wait_for_each_other() -> None:
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for _ in range(5):
-                group.start_soon(call)
-    assert most == 5
+            for _ in range(holders):
+                group.start_soon(hold)
+    return most
 
 
-async def test_exclusive_waits_for_calls_in_flight_and_later_calls_wait_for_it() -> None:
-    gate = _Gate()
-    events: list[str] = []
-    release_first = anyio.Event()
-
-    async def first_call() -> None:
-        async with gate.shared():
-            events.append("call 1 in")
-            await release_first.wait()
-            events.append("call 1 out")
-
-    async def undo() -> None:
-        async with gate.exclusive():
-            events.append("undo in")
-            await anyio.sleep(0.05)
-            events.append("undo out")
-
-    async def second_call() -> None:
-        async with gate.shared():
-            events.append("call 2 in")
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-            group.start_soon(first_call)
-            await anyio.sleep(0.01)
-            group.start_soon(undo)
-            await anyio.sleep(0.01)
-            group.start_soon(second_call)  # arrives while the undo waits: queues behind it
-            await anyio.sleep(0.01)
-            assert events == ["call 1 in"]
-            release_first.set()
-    assert events == ["call 1 in", "call 1 out", "undo in", "undo out", "call 2 in"]
-
-
-async def test_a_cancelled_undo_lets_held_back_calls_go() -> None:
-    gate = _Gate()
-    events: list[str] = []
-    release_first = anyio.Event()
-
-    async def first_call() -> None:
-        async with gate.shared():
-            await release_first.wait()
-
-    async def second_call() -> None:
-        async with gate.shared():
-            events.append("call 2 in")
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as group:
-            group.start_soon(first_call)
-            await anyio.sleep(0.01)
-            undo_scope = anyio.CancelScope()
-
-            async def undo() -> None:
-                with undo_scope:
-                    async with gate.exclusive():
-                        events.append("undo in")
-
-            group.start_soon(undo)
-            await anyio.sleep(0.01)
-            group.start_soon(second_call)
-            await anyio.sleep(0.01)
-            assert events == []
-            undo_scope.cancel()
-            await anyio.sleep(0.01)
-            assert events == ["call 2 in"], "the call stayed held back by a cancelled undo"
-            release_first.set()
-    assert "undo in" not in events
+async def test_shared_holders_do_not_wait_for_each_other() -> None:
+    assert await most_inside_at_once(_Gate().shared, 5) == 5
 
 
 async def test_undos_take_turns() -> None:
-    gate = _Gate()
-    inside = 0
-    most = 0
+    assert await most_inside_at_once(_Gate().exclusive, 3) == 1
 
-    async def undo() -> None:
-        nonlocal inside, most
-        async with gate.exclusive():
-            inside += 1
-            most = max(most, inside)
+
+class Traffic:
+    """A mutating call holding the gate, an undo queued behind it, then a second call."""
+
+    def __init__(self) -> None:
+        self.gate = _Gate()
+        self.events: list[str] = []
+        self.release_first = anyio.Event()
+        self.undo_scope = anyio.CancelScope()
+
+    async def first_call(self) -> None:
+        async with self.gate.shared():
+            self.events.append("call 1 in")
+            await self.release_first.wait()
+            self.events.append("call 1 out")
+
+    async def undo(self) -> None:
+        with self.undo_scope:
+            async with self.gate.exclusive():
+                self.events.append("undo in")
+                await anyio.sleep(0.05)
+                self.events.append("undo out")
+
+    async def second_call(self) -> None:
+        async with self.gate.shared():
+            self.events.append("call 2 in")
+
+    async def start(self, group: anyio.abc.TaskGroup) -> None:
+        for task in (self.first_call, self.undo, self.second_call):
+            group.start_soon(task)
             await anyio.sleep(0.01)
-            inside -= 1
 
+
+async def test_exclusive_waits_for_calls_in_flight_and_later_calls_wait_for_it() -> None:
+    traffic = Traffic()
     with anyio.fail_after(5):
         async with anyio.create_task_group() as group:
-            for _ in range(3):
-                group.start_soon(undo)
-    assert most == 1
+            await traffic.start(group)
+            assert traffic.events == ["call 1 in"]  # the second call queued behind the undo
+            traffic.release_first.set()
+    assert traffic.events == ["call 1 in", "call 1 out", "undo in", "undo out", "call 2 in"]
+
+
+async def test_a_cancelled_undo_lets_held_back_calls_go() -> None:
+    traffic = Traffic()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            await traffic.start(group)
+            traffic.undo_scope.cancel()
+            await anyio.sleep(0.01)
+            assert traffic.events == ["call 1 in", "call 2 in"], (
+                "the call stayed held back by a cancelled undo"
+            )
+            traffic.release_first.set()
+    assert "undo in" not in traffic.events
