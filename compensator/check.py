@@ -247,7 +247,8 @@ def _policy_references(policy: ToolPolicy) -> Iterator[_Reference]:
     if policy.snapshot_tool is not None:
         key = f"{base}.snapshot_tool"
         yield _Reference(tool=policy.snapshot_tool, key=key, args=policy.snapshot_args)
-    if policy.verify_tool is not None and policy.verify_args is not policy.snapshot_args:
+    if policy.verify_names_its_read:
+        assert policy.verify_tool is not None
         key = f"{base}.verify.tool"
         yield _Reference(tool=policy.verify_tool, key=key, args=policy.verify_args)
     for index, step in enumerate(policy.inverse):
@@ -303,7 +304,7 @@ def _check_reads(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
 def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
     if policy.snapshot_args is not None:
         yield from policy.snapshot_args.expressions()
-    if policy.verify_args is not None and policy.verify_args is not policy.snapshot_args:
+    if policy.verify_names_its_read and policy.verify_args is not None:
         yield from policy.verify_args.expressions()
     for step in policy.inverse:
         yield from step.args.expressions()

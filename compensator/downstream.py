@@ -149,8 +149,6 @@ class Downstream:
     _retry_at: float | None = None
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
-    failure_level: int = logging.ERROR
-    """How loudly a failed start or an exit is logged (DEBUG while retrying a first start)."""
     _closing: anyio.Event = field(default_factory=anyio.Event)
     on_restart: Callable[[str], Awaitable[None]] | None = None
     """Awaited with the server's name after each successful restart, before the call that
@@ -160,6 +158,12 @@ class Downstream:
         """`text` with this server's expanded `${NAME}` values put back as references: an OS
         error quotes the command line, which may hold a token."""
         return Concealer(self.spec.expanded)(text)
+
+    @property
+    def failure_level(self) -> int:
+        """How loudly a failed start or an exit is logged: DEBUG while a first start is being
+        retried (the pool reports each new reason itself), else ERROR."""
+        return logging.DEBUG if not self.starts and self._retry_at is not None else logging.ERROR
 
     @property
     def name(self) -> str:
@@ -547,7 +551,6 @@ class DownstreamPool:
         """Retry a server that failed its first start until it starts or the pool closes,
         then offer its tools. Only a new reason for failing is logged above DEBUG."""
         reported = server.error
-        server.failure_level = logging.DEBUG
         attempts = 1
         server.back_off()
         while True:
@@ -567,7 +570,6 @@ class DownstreamPool:
                     reported,
                     _seconds(server.retry_in),
                 )
-        server.failure_level = logging.ERROR
         self.routes = _route(self.servers.values())
         log.info(
             "server %r started on attempt %d; its %d tools are offered now",

@@ -129,13 +129,22 @@ class ToolPolicy:
     mutating_when: Expression | None
     test: TestSpec | None
     line: int
-    verify: bool = False
     verify_tool: str | None = None
     """The read the drift check repeats (with `verify_args`): `verify: {tool, args}`, else
     the tool's snapshot_tool and snapshot_args; None when verify is off."""
     verify_args: Template | None = None
     idempotent: bool = False
     redact: tuple[RedactPath, ...] = ()
+
+    @property
+    def verify(self) -> bool:
+        """Whether undo checks this tool's changes for drift."""
+        return self.verify_tool is not None
+
+    @property
+    def verify_names_its_read(self) -> bool:
+        """`verify: {tool, args}`, rather than `verify: true` repeating the snapshot read."""
+        return self.verify_tool is not None and self.verify_args is not self.snapshot_args
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -616,7 +625,7 @@ class _Parser:
             read = policies.get(policy.verify_tool or "")
             if read is not None and read.classification is not Classification.READ:
                 where = f"tools.{policy.name}.verify"
-                where += ".tool" if policy.verify_args is not policy.snapshot_args else ""
+                where += ".tool" if policy.verify_names_its_read else ""
                 problem = (
                     f"the drift check calls {read.name} before each undo, and the registry "
                     f"classifies it {read.classification.value}: it must only read"
@@ -632,7 +641,7 @@ class _Parser:
         kind = self.classification(raw["classification"], f"{key}.classification")
         self.shape(raw, kind, key)
         snapshot_args = self.snapshot_args(raw, key)
-        verify, verify_tool, verify_args = self.verify(raw, key, defaults, snapshot_args)
+        verify_tool, verify_args = self.verify(raw, key, defaults, snapshot_args)
         policy = ToolPolicy(
             name=name,
             classification=kind,
@@ -643,7 +652,6 @@ class _Parser:
             mutating_when=self.optional(raw, "mutating_when", key, self.condition),
             test=self.optional(raw, "test", key, self.test_spec),
             line=line_of(self.lines, key),
-            verify=verify,
             verify_tool=verify_tool,
             verify_args=verify_args,
             idempotent=self.expect(raw.get("idempotent", False), bool, f"{key}.idempotent"),
@@ -655,22 +663,22 @@ class _Parser:
 
     def verify(
         self, raw: dict[str, Any], key: str, defaults: Defaults, snapshot_args: Template | None
-    ) -> tuple[bool, str | None, Template | None]:
-        """`verify:` of the tool as (on, read tool, read args). `true` repeats the snapshot
-        read; `{tool, args}` names a read of its own (so reversible tools can be verified);
-        the registry default applies to tools that take a snapshot."""
+    ) -> tuple[str | None, Template | None]:
+        """`verify:` of the tool as (read tool, read args), both None when off. `true`
+        repeats the snapshot read; `{tool, args}` names a read of its own (so reversible tools
+        can be verified); the registry default applies to tools that take a snapshot."""
         where = f"{key}.verify"
         value = raw.get("verify", defaults.verify and "snapshot_tool" in raw)
         if isinstance(value, dict):
             read = self.mapping(value, where, _VERIFY_KEYS, ("tool",))
             tool = self.target(read["tool"], f"{where}.tool")
-            return True, tool, self.template(read.get("args", {}), f"{where}.args")
+            return tool, self.template(read.get("args", {}), f"{where}.args")
         if not isinstance(value, bool):
             problem = f"expected true, false or a {{tool, args}} read, got {_describe(value)}"
             fix = "Write verify: true, or verify: {tool: server__read_tool, args: {...}}."
             raise self.error(where, problem, fix)
         if not value:
-            return False, None, None
+            return None, None
         if "snapshot_tool" not in raw:
             problem = (
                 "verify: true reads the state again with snapshot_tool, and this tool has none"
@@ -680,11 +688,7 @@ class _Parser:
                 "or add snapshot_tool (compensable tools), or drop verify."
             )
             raise self.error(where, problem, fix)
-        return (
-            True,
-            self.target(raw["snapshot_tool"], f"{key}.snapshot_tool"),
-            snapshot_args,
-        )
+        return self.target(raw["snapshot_tool"], f"{key}.snapshot_tool"), snapshot_args
 
     def redactions(self, raw: Any, key: str) -> tuple[RedactPath, ...]:
         items = self.expect(raw, list, key)
