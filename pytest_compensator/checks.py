@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import hypothesis
@@ -13,20 +12,21 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from compensator.errors import CompensatorError
-from compensator.registry import META_TOOLS, Classification, Registry
+from compensator.names import META_TOOLS
+from compensator.registry import Registry
 
 from .harness import Driver, Harness
 from .report import Coverage, UndoFailure, format_call, format_failure
+from .settings import Settings
 from .strategies import arguments
 
 __all__ = [
-    "CheckSettings",
     "Recorder",
     "build_machine",
+    "exercised_tools",
     "left_out",
     "run_roundtrip",
     "run_state_machine",
-    "undoable_tools",
 ]
 
 MAX_SETUP_CALLS = 14
@@ -35,54 +35,45 @@ MAX_UNDO_DEPTH = 3
 CALL_TRIES = 3  # draws of arguments for a call under test that keeps failing
 
 
-@dataclass(frozen=True, kw_only=True)
-class CheckSettings:
-    examples: int
-    steps: int
-    seed: int | None
-
-    def hypothesis(self) -> hypothesis.settings:
-        default = hypothesis.settings.default
-        assert default is not None  # a profile is always loaded
-        return hypothesis.settings(
-            max_examples=self.examples,
-            stateful_step_count=self.steps,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            # An explicit seed means "reproduce this run": do not replay saved failures.
-            database=None if self.seed is not None else default.database,
-            print_blob=False,
-            # The explain phase lists lines of the proxy and plugin that only failing runs
-            # reached: noise to a registry author, and it traces every replay.
-            phases=[p for p in default.phases if p != Phase.explain],
-        )
-
-    def apply_seed(self, test: Callable[..., None]) -> Callable[..., None]:
-        return test if self.seed is None else hypothesis.seed(self.seed)(test)
-
-
-def undoable_tools(harness: Harness) -> list[str]:
-    """Registered reversible and compensable tools that a server really offers."""
-    wanted = (Classification.REVERSIBLE, Classification.COMPENSABLE)
-    return sorted(
-        name
-        for name, policy in harness.registry.tools.items()
-        if policy.classification in wanted and name in harness.tools
+def hypothesis_settings(settings: Settings) -> hypothesis.settings:
+    default = hypothesis.settings.default
+    assert default is not None  # a profile is always loaded
+    return hypothesis.settings(
+        max_examples=settings.examples,
+        stateful_step_count=settings.steps,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        # Every run has a seed (shown in the header) and is reproduced from it, never from
+        # failures saved in the example database.
+        database=None,
+        print_blob=False,
+        # The explain phase lists lines of the proxy and plugin that only failing runs
+        # reached: noise to a registry author, and it traces every replay.
+        phases=[p for p in default.phases if p != Phase.explain],
     )
 
 
-def reversible_tools(harness: Harness, tools: list[str]) -> list[str]:
-    """The reversible ones among `tools`: their inverse is built from what they return, which
-    in most registries means they create something."""
-    registry = harness.registry
-    return [t for t in tools if registry.tools[t].classification is Classification.REVERSIBLE]
+def exercised_tools(registry: Registry, offered: Iterable[str] | None = None) -> list[str]:
+    """The registered tools the generated checks call, as their classification says, sorted;
+    only those a server really offers when `offered` is given."""
+    known = None if offered is None else set(offered)
+    return sorted(
+        name
+        for name, policy in registry.tools.items()
+        if policy.classification.behaviour.exercised and (known is None or name in known)
+    )
+
+
+def state_builders(registry: Registry, tools: list[str]) -> list[str]:
+    """The tools among `tools` that building a pre-state prefers (see `Behaviour`)."""
+    return [t for t in tools if registry.tools[t].classification.behaviour.builds_state]
 
 
 def left_out(harness: Harness) -> dict[str, str]:
     """Tools the generated checks do not call, with the reason."""
     out: dict[str, str] = {}
     for name, policy in harness.registry.tools.items():
-        if policy.classification in (Classification.IRREVERSIBLE, Classification.READ):
+        if not policy.classification.behaviour.exercised:
             out[name] = policy.classification.value
         elif name not in harness.tools:
             out[name] = "no server offers it"
@@ -221,13 +212,14 @@ def build_pre_state(
         attempts += 1
 
 
-def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: CheckSettings) -> None:
+def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Settings) -> None:
     """Build a random pre-state, checkpoint, call `tool`, undo: the state must be as before."""
-    tools = undoable_tools(harness)
-    creators = reversible_tools(harness, tools)
+    tools = exercised_tools(harness.registry, harness.tools)
+    creators = state_builders(harness.registry, tools)
     strategies = strategies_for(harness, sorted({*tools, tool}))
 
-    @settings.hypothesis()
+    @hypothesis.seed(settings.seed)
+    @hypothesis_settings(settings)
     @given(data=st.data())
     def roundtrip(data: st.DataObject) -> None:
         coverage.examples += 1
@@ -240,13 +232,13 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Che
             recorder.call_drawn(data, tool, strategies[tool])
             recorder.undo_and_verify(checkpoint, before)
 
-    settings.apply_seed(roundtrip)()
+    roundtrip()
 
 
 def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMachine]:
     """A state machine whose rules call each undoable tool, checkpoint, and undo."""
-    tools = undoable_tools(harness)
-    creators = reversible_tools(harness, tools)
+    tools = exercised_tools(harness.registry, harness.tools)
+    creators = state_builders(harness.registry, tools)
     strategies = strategies_for(harness, tools)
 
     class RegistryMachine(RuleBasedStateMachine):
@@ -311,15 +303,10 @@ def _guarded_rule(tool: str, strategy: st.SearchStrategy) -> Any:
     return rule(data=st.data())(guarded)
 
 
-def run_state_machine(harness: Harness, coverage: Coverage, settings: CheckSettings) -> None:
-    from hypothesis.stateful import run_state_machine_as_test
-
-    machine = build_machine(harness, coverage)
-    if settings.seed is None:
-        run_state_machine_as_test(machine, settings=settings.hypothesis())
-        return
+def run_state_machine(harness: Harness, coverage: Coverage, settings: Settings) -> None:
     # A fixed seed needs the @given-wrapped test itself; Hypothesis exposes it for HypoFuzz.
     from hypothesis.stateful import get_state_machine_test
 
-    test = get_state_machine_test(machine, settings=settings.hypothesis())
+    machine = build_machine(harness, coverage)
+    test = get_state_machine_test(machine, settings=hypothesis_settings(settings))
     hypothesis.seed(settings.seed)(test)()

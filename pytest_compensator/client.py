@@ -14,9 +14,8 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from compensator import _sdk
 from compensator.registry import Registry
-from compensator.results import parse_result, result_text
+from compensator.wire import parse_result, result_text, sdk
 
 from .state import observe_state
 
@@ -45,8 +44,8 @@ class ProxyClient:
         self.registry = registry
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
-        result = await _sdk.call_tool_raw(self.session, name, dict(arguments or {}))
-        structured, content, is_error = _sdk.result_parts(result)
+        result = await sdk.call_tool_raw(self.session, name, dict(arguments or {}))
+        structured, content, is_error = sdk.result_parts(result)
         return ToolReply(
             is_error=is_error,
             value=parse_result(structured, content),
@@ -61,14 +60,7 @@ class ProxyClient:
         return reply.value
 
     async def list_tools(self) -> list[types.Tool]:
-        tools: list[types.Tool] = []
-        cursor: str | None = None
-        while True:
-            page = await _sdk.list_tools_page(self.session, cursor)
-            tools.extend(page.tools)
-            cursor = _sdk.next_cursor(page)
-            if not cursor:
-                return tools
+        return await sdk.list_all(self.session, "tools")
 
     async def checkpoint(self, label: str | None = None) -> int:
         args = {} if label is None else {"label": label}

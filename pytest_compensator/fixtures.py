@@ -11,7 +11,7 @@ from pathlib import Path
 from compensator.registry import load_registry
 
 from .client import ProxyClient, launch_proxy
-from .harness import registry_environment
+from .harness import example_environment
 
 __all__ = ["proxy_factory"]
 
@@ -29,7 +29,7 @@ def proxy_factory(tmp_path: Path) -> Callable[..., AbstractAsyncContextManager[P
         number = next(counter)
         workdir = tmp_path / f"compensator-{number}"
         workdir.mkdir(parents=True)
-        full_env = registry_environment(workdir, env)
+        full_env = example_environment(workdir, env)
         registry = load_registry(Path(config), full_env)
         journal = Path(db) if db is not None else workdir / "journal.db"
         with (tmp_path / f"compensator-{number}.log").open("w") as log:

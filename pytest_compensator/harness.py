@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -16,25 +14,21 @@ from typing import Any
 import mcp.types as types
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from compensator import _sdk
-from compensator.journal import Journal
-from compensator.registry import Registry, load_registry
+from compensator.journal import open_journal
+from compensator.registry import Registry, load_registry, registry_environment
+from compensator.wire import sdk
 
 from .client import ProxyClient, ToolCallFailed, ToolReply, launch_proxy
 
-__all__ = ["Driver", "Harness", "ResetTimings", "registry_environment"]
+__all__ = ["Driver", "Harness", "ResetTimings", "example_environment"]
 
 LOG_TAIL_LINES = 40
 
 
-def registry_environment(workdir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The variables a registry sees under the plugin: the user's own, plus the workdir."""
-    return {
-        "COMPENSATOR_PYTHON": sys.executable,
-        **os.environ,
-        **(env or {}),
-        "COMPENSATOR_WORKDIR": str(workdir),
-    }
+def example_environment(workdir: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a registry sees under the plugin: what `serve` would see, `env`, and
+    COMPENSATOR_WORKDIR, the folder of this example's fresh state."""
+    return registry_environment({**(env or {}), "COMPENSATOR_WORKDIR": str(workdir)})
 
 
 @dataclass
@@ -86,7 +80,7 @@ class Driver:
 
     def journal_since(self, checkpoint_id: int) -> list[str]:
         """Every change after a checkpoint with its compensations, as readable lines."""
-        journal = Journal(self.db)
+        journal = open_journal(self.db)
         try:
             checkpoint = journal.checkpoint(checkpoint_id)
             floor = checkpoint.last_change_id if checkpoint else 0
@@ -134,7 +128,7 @@ class Harness:
         if base_dir is None:
             base_dir = Path(tempfile.mkdtemp(prefix="compensator-"))
         self.base_dir = base_dir
-        self.registry: Registry = load_registry(config, registry_environment(self.base_dir, env))
+        self.registry: Registry = load_registry(config, example_environment(self.base_dir, env))
         self.timings = ResetTimings()
         self._stack = contextlib.ExitStack()
         self._portal = self._stack.enter_context(start_blocking_portal())
@@ -166,7 +160,7 @@ class Harness:
         db = workdir / "journal.db"
         log_path = self.base_dir / f"proxy-{self._count}.log"
         log = stack.enter_context(log_path.open("w"))
-        env = registry_environment(workdir, self.env)
+        env = example_environment(workdir, self.env)
         registry = load_registry(self.config, env)
         launcher = launch_proxy(self.config, db, env=env, stderr=log, registry=registry)
         client = stack.enter_context(self._portal.wrap_async_context_manager(launcher))
@@ -221,6 +215,6 @@ class Harness:
         return self.tools
 
     def input_schema(self, tool: str) -> dict[str, Any]:
-        wire = _sdk.tool_to_wire(self.tools[tool])
+        wire = sdk.tool_to_wire(self.tools[tool])
         schema: dict[str, Any] = wire.get("inputSchema") or {"type": "object"}
         return schema

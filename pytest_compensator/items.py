@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from compensator.errors import CompensatorError
-from compensator.registry import Classification, Registry, load_registry
+from compensator.registry import Registry, load_registry
 
-from .checks import CheckSettings, left_out, run_roundtrip, run_state_machine
+from .checks import exercised_tools, left_out, run_roundtrip, run_state_machine
 from .client import ToolCallFailed
-from .harness import Harness, registry_environment
+from .harness import Harness, example_environment
 from .report import Coverage, UndoFailure
 from .settings import Settings
 
@@ -35,12 +35,12 @@ class RegistryFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         registry = self._load()
         yield LoadItem.from_parent(self, name="load")
-        for tool in _undoable(registry):
+        for tool in exercised_tools(registry):
             yield RoundtripItem.from_parent(self, name=f"roundtrip[{tool}]", tool=tool)
         yield MachineItem.from_parent(self, name="state_machine")
 
     def _load(self) -> Registry:
-        return load_registry(self.path, registry_environment(Path(self.config.rootpath)))
+        return load_registry(self.path, example_environment(Path(self.config.rootpath)))
 
     def harness(self) -> Harness:
         if self._harness is None:
@@ -56,15 +56,6 @@ class RegistryFile(pytest.File):
                 self.coverage.reset_seconds = reset
             self._harness.close()
             self._harness = None
-
-    def check_settings(self) -> CheckSettings:
-        s = self.settings
-        return CheckSettings(examples=s.examples, steps=s.steps, seed=s.seed)
-
-
-def _undoable(registry: Registry) -> list[str]:
-    wanted = (Classification.REVERSIBLE, Classification.COMPENSABLE)
-    return sorted(name for name, p in registry.tools.items() if p.classification in wanted)
 
 
 class _RegistryItem(pytest.Item):
@@ -128,7 +119,7 @@ class RoundtripItem(_RegistryItem):
         if self.tool not in harness.offered_tools():
             raise ToolCallFailed(f"no server offers {self.tool}; see the load test")
         try:
-            run_roundtrip(harness, self.tool, self.parent.coverage, self.parent.check_settings())
+            run_roundtrip(harness, self.tool, self.parent.coverage, self.parent.settings)
         except BaseException:
             self.parent.roundtrip_failures.add(self.tool)
             raise
@@ -147,4 +138,4 @@ class MachineItem(_RegistryItem):
 
     def check(self, harness: Harness) -> None:
         harness.offered_tools()
-        run_state_machine(harness, self.parent.coverage, self.parent.check_settings())
+        run_state_machine(harness, self.parent.coverage, self.parent.settings)

@@ -36,10 +36,10 @@ def _check_registry(path: Path) -> None:
     from compensator.errors import CompensatorError
     from compensator.registry import load_registry
 
-    from .harness import registry_environment
+    from .harness import example_environment
 
     try:
-        load_registry(path, registry_environment(path.parent))
+        load_registry(path, example_environment(path.parent))
     except CompensatorError as exc:
         raise pytest.UsageError(str(exc)) from None
 

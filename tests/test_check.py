@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from compensator.check import (
+from compensator.cli.check import render_table
+from compensator.registry import compile_expression, parse_registry
+from compensator.registry.lint import (
     Finding,
     LiveTool,
     LiveView,
@@ -21,12 +23,9 @@ from compensator.check import (
     accepts,
     lint,
     missing_arguments,
-    render_table,
     unknown_arguments,
     unknown_reads,
 )
-from compensator.registry import parse_registry
-from compensator.templates import compile_expression
 
 from .conftest import EXAMPLES, SERVERS
 

@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
-from compensator.journal import Journal, Status, default_journal_path
-from compensator.terminal import Cell, Column, Rule, Styler, confirm, render_table, wants_colour
+from compensator.cli.terminal import Cell, Column, Rule, Styler, confirm, render_table, wants_colour
+from compensator.journal import SQLiteJournal as Journal
+from compensator.journal import Status, default_journal_path
 
 from .conftest import by_id
 

@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import pytest
 
-from compensator import _sdk
 from compensator.errors import RegistryError
 from compensator.registry import parse_registry
+from compensator.wire import sdk as _sdk
 
 from .conftest import SERVERS
 

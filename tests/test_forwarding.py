@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from compensator.proxy import _Gate
+from compensator.proxy import Gate
 
 pytestmark = pytest.mark.anyio
 
@@ -38,18 +38,18 @@ async def most_inside_at_once(
 
 
 async def test_shared_holders_do_not_wait_for_each_other() -> None:
-    assert await most_inside_at_once(_Gate().shared, 5) == 5
+    assert await most_inside_at_once(Gate().shared, 5) == 5
 
 
 async def test_undos_take_turns() -> None:
-    assert await most_inside_at_once(_Gate().exclusive, 3) == 1
+    assert await most_inside_at_once(Gate().exclusive, 3) == 1
 
 
 class Traffic:
     """A mutating call holding the gate, an undo queued behind it, then a second call."""
 
     def __init__(self) -> None:
-        self.gate = _Gate()
+        self.gate = Gate()
         self.events: list[str] = []
         self.release_first = anyio.Event()
         self.undo_scope = anyio.CancelScope()

@@ -13,7 +13,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from compensator.registry import META_TOOLS
+from compensator.names import META_TOOLS
 from pytest_compensator.client import ProxyClient, ToolReply, launch_proxy
 from tests.faults import cases_tallied
 

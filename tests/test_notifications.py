@@ -17,7 +17,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 from pytest_compensator.client import ProxyClient, launch_proxy
 
 from .conftest import SERVERS, third_party_servers

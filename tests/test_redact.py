@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from compensator.errors import RegistryError
-from compensator.redact import REDACTED, redact
-from compensator.registry import load_registry, parse_registry
+from compensator.registry import REDACTED, load_registry, parse_registry, redact
 from tests.conftest import EXAMPLES
 
 SECRET = "hunter2-title-nobody-may-read"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from compensator.errors import RegistryError
+from compensator.names import META_TOOLS
 from compensator.registry import (
-    META_TOOLS,
     Classification,
     Defaults,
     Registry,

@@ -13,9 +13,8 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from compensator import registry as reg
 from compensator.errors import RegistryError
-from compensator.registry import Registry, parse_registry
+from compensator.registry import Registry, keys, parse_registry
 from tests.faults import cases_tallied
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,14 +54,14 @@ def _report_cases() -> Iterator[None]:
 
 _ALL_KEYS = sorted(
     {
-        *reg._TOP_KEYS,
-        *reg._SERVER_KEYS,
-        *reg._POLICY_KEYS,
-        *reg._STEP_KEYS,
-        *reg._STATE_KEYS,
-        *reg._RESET_KEYS,
-        *reg._DEFAULTS_KEYS,
-        *reg._TEST_KEYS,
+        *keys.TOP,
+        *keys.SERVER,
+        *keys.POLICY,
+        *keys.STEP,
+        *keys.STATE,
+        *keys.RESET,
+        *keys.DEFAULTS,
+        *keys.TEST,
     }
 )
 _NAMES = ["tasks", "tasks__add_task", "tasks__delete_task", "fs", "fs__write", "a__b", "x", "<<"]
@@ -153,13 +152,13 @@ def _near_registries(draw: st.DrawFn) -> dict[str, Any]:
     """Documents shaped like a registry, so validation gets past the top level."""
     server = draw(st.sampled_from(["tasks", "fs", "bad name", "a__b", "x_"]))
     spec = {"command": draw(st.sampled_from(["${COMPENSATOR_PYTHON}", "${UNSET}", "", "run"]))}
-    spec.update(draw(st.dictionaries(st.sampled_from(reg._SERVER_KEYS), _trees, max_size=3)))
+    spec.update(draw(st.dictionaries(st.sampled_from(keys.SERVER), _trees, max_size=3)))
     doc: dict[str, Any] = {"servers": {server: spec}}
     policies = st.dictionaries(
-        st.sampled_from([*reg._POLICY_KEYS, "inverse_too", "clasification"]), _trees, max_size=5
+        st.sampled_from([*keys.POLICY, "inverse_too", "clasification"]), _trees, max_size=5
     )
     tools = draw(st.dictionaries(st.sampled_from(_NAMES), policies, max_size=3))
-    steps = st.lists(st.dictionaries(st.sampled_from(reg._STEP_KEYS), _trees), max_size=3)
+    steps = st.lists(st.dictionaries(st.sampled_from(keys.STEP), _trees), max_size=3)
     for policy in tools.values():
         if draw(st.booleans()):
             policy["inverse"] = draw(steps)

@@ -20,7 +20,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 from pytest_compensator.client import ProxyClient, proxy_parameters
 
 from .conftest import SERVERS, third_party_servers

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compensator.results import parse_result, result_text
+from compensator.wire import parse_result, result_text
 
 
 def text(value: str) -> dict[str, str]:

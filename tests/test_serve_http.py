@@ -25,7 +25,7 @@ import mcp.types as types
 import pytest
 from mcp import ClientSession
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 from pytest_compensator.client import ProxyClient
 
 from .conftest import EXAMPLES, SERVERS

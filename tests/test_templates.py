@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from compensator.errors import ExpressionError
-from compensator.templates import (
+from compensator.registry.expressions import (
     CONTEXT_NAMES,
     compile_expression,
     compile_template,

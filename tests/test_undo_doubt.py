@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from compensator.journal import SCHEMA_VERSION, Journal, Status
+from compensator.journal import SCHEMA_VERSION, Status
+from compensator.journal import SQLiteJournal as Journal
+from compensator.proxy import CallOutcome, Undoer
 from compensator.registry import parse_registry
-from compensator.undo import CallOutcome, Undoer
 
 REGISTRY = """\
 servers:
@@ -172,11 +173,11 @@ def test_a_step_claim_fails_when_another_process_recorded_it_first(tmp_path):
 
 
 def test_a_version_1_journal_is_migrated_and_its_checkpoints_still_undo(tmp_path):
-    from compensator.journal import _MIGRATIONS
+    from compensator.journal.sqlite import MIGRATIONS
 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as conn:
-        for statement in _MIGRATIONS[0].split(";"):
+        for statement in MIGRATIONS[0].split(";"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute("PRAGMA user_version=1")
@@ -188,7 +189,7 @@ def test_a_version_1_journal_is_migrated_and_its_checkpoints_still_undo(tmp_path
         )
     conn.close()
     journal = opened(Journal(path))
-    assert journal._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert journal.pragma("user_version") == SCHEMA_VERSION
     old = journal.checkpoint(1)
     assert old is not None and old.session is None
     assert [c.tool for c in journal.open_changes(old)] == ["s__put"]

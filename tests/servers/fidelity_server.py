@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 
 PAGE_SIZE = 2
 

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 
-from compensator import _sdk
+from compensator.wire import sdk as _sdk
 
 LONG_NAME = "a_tool_name_that_is_sixty_characters_long_to_trip_the_linter"
 assert len(LONG_NAME) == 60

@@ -10,7 +10,7 @@ any of them takes covers every client's later changes, `list_changes` shows them
 all clients are journaled in the order they run; an `undo_to` waits for calls in flight and
 holds new ones until it ends, whichever client sent them.
 
-What goes to which client (compensator/relay.py): a `list_changed` goes to every session;
+What goes to which client (compensator/wire/relay.py): a `list_changed` goes to every session;
 progress and log messages of a forwarded call go to the session that made the call; a log
 message no call explains goes to every session; a downstream's sampling, elicitation or roots
 request goes to the session whose call caused it when one is in flight, else to the most
@@ -18,7 +18,7 @@ recently active session (the last to initialize or call a tool) that advertised 
 capability, else it gets the same "client does not support ..." error the stdio path gives.
 "Caused by" is inferred from timing (the SDKs carry no link from a downstream's message to a
 call): what a server sends while one session's call to it is in flight goes to that session.
-`resources/updated` goes to the sessions subscribed to that resource (compensator/catalog.py).
+`resources/updated` goes to the sessions subscribed to that resource (compensator/wire/catalog.py).
 Sessions end when the client deletes them, or after 30 minutes with no request
 and no open stream (the SDK's default); an ended session gets nothing more. Sessions start
 with `initialize` (protocol 2025-11-25 and earlier, what both SDK lines' clients send); mcp
@@ -47,7 +47,7 @@ from typing import Any
 
 import anyio
 
-from . import _sdk
+from . import sdk
 
 __all__ = ["HttpEndpoint", "HttpError", "listen", "parse_http_address", "serve_http"]
 
@@ -238,7 +238,7 @@ async def serve_http(server: Any, endpoint: HttpEndpoint) -> None:
     """Serve `server` on `endpoint` until SIGINT or SIGTERM."""
     import uvicorn
 
-    manager = _sdk.http_session_manager(server, endpoint.allowed_hosts)
+    manager = sdk.http_session_manager(server, endpoint.allowed_hosts)
 
     class _Server(uvicorn.Server):
         # uvicorn's own handlers re-raise the signal after shutting down, which would kill

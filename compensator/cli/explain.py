@@ -16,23 +16,23 @@ from typing import Any
 
 import anyio
 
-from .downstream import STARTUP_TIMEOUT, DownstreamPool
-from .errors import CompensatorError
-from .log_cli import compact
-from .proxy import explain_tool, registry_environment
-from .registry import Registry, load_registry
+from ..classification import Classification
+from ..errors import CompensatorError
+from ..proxy import explain_tool
+from ..registry import Registry, load_registry, registry_environment
+from ..wire import STARTUP_TIMEOUT, DownstreamPool
+from .common import compact
 from .terminal import Styler, add_startup_timeout, log_to_stderr, terminal_width, wrap
 
-__all__ = ["add_explain_arguments", "explain", "render_explanation", "run_explain"]
+__all__ = [
+    "EXPLAIN_EPILOG",
+    "add_explain_arguments",
+    "explain",
+    "render_explanation",
+    "run_explain",
+]
 
 _LABEL = 13
-_CLASS_STYLES = {
-    "read": "green",
-    "reversible": "green",
-    "compensable": "green",
-    "irreversible": "red",
-    "unknown": "yellow",
-}
 
 
 async def explain(registry: Registry, tool: str, startup_timeout: float) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def _unknown_tool(tool: str, known: list[str]) -> str:
 def render_explanation(explained: Mapping[str, Any], *, width: int, style: Styler) -> str:
     classification = str(explained["classification"])
     head = f"{style(str(explained['tool']), 'bold')}: "
-    lines = [head + style(classification, _CLASS_STYLES.get(classification))]
+    lines = [head + style(classification, _tone(Classification.named(classification)))]
     lines += _field("journaled", _yes(explained["journaled"]), width)
     lines += _field("undoable", _yes(explained["undoable"]), width)
     snapshot = explained.get("snapshot")
@@ -81,6 +81,14 @@ def render_explanation(explained: Mapping[str, Any], *, width: int, style: Style
     lines.append("")
     lines.extend(wrap(str(explained["explanation"]), width))
     return "\n".join(lines)
+
+
+def _tone(kind: Classification) -> str:
+    """Green when undo covers the tool (nothing to undo, or undoable), red when the registry
+    says it cannot be undone, yellow when nobody said (unknown)."""
+    if kind.undoable or not kind.journaled:
+        return "green"
+    return "red" if kind.in_registry else "yellow"
 
 
 def _field(label: str, value: str, width: int) -> list[str]:

@@ -17,7 +17,7 @@ from jmespath import exceptions as jexc
 from jmespath import functions as jfun
 from jmespath.parser import ParsedResult, Parser
 
-from .errors import ExpressionError
+from ..errors import ExpressionError
 
 __all__ = [
     "CONTEXT_NAMES",

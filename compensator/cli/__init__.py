@@ -1,4 +1,9 @@
-"""The `compensator` command line."""
+"""The `compensator` command line: one module per subcommand, and the table that lists them.
+
+A subcommand is a module here with `add_<name>_arguments(parser)` and `run_<name>(args) ->
+exit code`, plus one `_Command` entry below. `common.py` and `terminal.py` hold what several
+subcommands share. This is the top layer: it may import every other part of the package.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from . import __version__
+from .. import __version__
 from .check import add_check_arguments, run_check
-from .explain_cli import EXPLAIN_EPILOG, add_explain_arguments, run_explain
-from .log_cli import LOG_EPILOG, add_log_arguments, run_log
-from .proxy import add_serve_arguments, run_serve
-from .undo_cli import UNDO_EPILOG, add_undo_arguments, run_undo
+from .explain import EXPLAIN_EPILOG, add_explain_arguments, run_explain
+from .log import LOG_EPILOG, add_log_arguments, run_log
+from .serve import add_serve_arguments, run_serve
+from .undo import UNDO_EPILOG, add_undo_arguments, run_undo
 
 __all__ = ["main"]
 

@@ -11,25 +11,15 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import CompensatorError
-from .journal import Change, Checkpoint, Journal, Status, default_journal_path
+from ..errors import CompensatorError
+from ..journal import Change, Checkpoint, JournalStore, Status, open_journal
+from .common import checkpoint_title, compact, journal_path, local_time, no_such_checkpoint
 from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
-__all__ = [
-    "Listing",
-    "add_log_arguments",
-    "checkpoint_title",
-    "compact",
-    "journal_path",
-    "local_time",
-    "no_such_checkpoint",
-    "run_log",
-    "select",
-]
+__all__ = ["LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
 
 _STATUS_STYLES = {Status.OK: "green", Status.ERROR: "red"}
 _COLUMNS = (
@@ -47,61 +37,18 @@ _COLUMNS = (
 class Listing:
     """What `log` shows: checkpoints and changes newest first, and how many it left out."""
 
-    journal: Path
+    journal: str
+    """Where the journal is, as its store names it."""
     checkpoints: list[Checkpoint]
     changes: list[Change]
     hidden_undone: int = 0
     hidden_failed: int = 0
 
 
-# -- shared with `compensator undo` -------------------------------------------------------
-
-
-def journal_path(db: Path | None, config: Path | None) -> Path:
-    """`--db`, else where `serve --config` keeps its journal ($COMPENSATOR_DB, else per config)."""
-    if db is not None:
-        return db
-    if config is None:
-        raise CompensatorError("pass --db JOURNAL, or --config REGISTRY to use its journal")
-    return default_journal_path(config)
-
-
-def local_time(iso: str) -> str:
-    """A journal timestamp (UTC, ISO 8601) in this machine's time zone, to the second."""
-    try:
-        moment = datetime.fromisoformat(iso)
-    except ValueError:
-        return iso
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def compact(value: Any) -> str:
-    """JSON on one line, readable: `{"id": 3, "title": "x"}`."""
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def checkpoint_title(checkpoint: Checkpoint) -> str:
-    label = f" {compact(checkpoint.label)}" if checkpoint.label else ""
-    return f"checkpoint {checkpoint.id}{label} ({local_time(checkpoint.created_at)})"
-
-
-def no_such_checkpoint(journal: Journal, checkpoint_id: int) -> str:
-    """The error for an unknown checkpoint id, listing the valid ones (newest first)."""
-    known = journal.checkpoints()
-    if not known:
-        return (
-            f"no checkpoint {checkpoint_id} in {journal.path}: it has none yet "
-            "(an agent takes one with the `checkpoint` tool)"
-        )
-    shown = "; ".join(checkpoint_title(cp) for cp in known[:20])
-    more = f"; and {len(known) - 20} older" if len(known) > 20 else ""
-    return f"no checkpoint {checkpoint_id} in {journal.path}. Valid checkpoints: {shown}{more}"
-
-
 # -- selection ----------------------------------------------------------------------------
 
 
-def select(journal: Journal, *, checkpoint_id: int | None, everything: bool) -> Listing:
+def select(journal: JournalStore, *, checkpoint_id: int | None, everything: bool) -> Listing:
     """Open changes that did something (all changes with `everything`), after a checkpoint
     when one is given; the checkpoints taken from that one on."""
     floor = journal.checkpoint(checkpoint_id) if checkpoint_id is not None else None
@@ -111,12 +58,12 @@ def select(journal: Journal, *, checkpoint_id: int | None, everything: bool) -> 
     changes = [c for c in journal.all_changes() if c.id > after]
     checkpoints = [cp for cp in journal.checkpoints() if floor is None or cp.id >= floor.id]
     if everything:
-        return Listing(journal=journal.path, checkpoints=checkpoints, changes=changes)
+        return Listing(journal=journal.location, checkpoints=checkpoints, changes=changes)
     undone = [c for c in changes if c.undone_at is not None]
     failed = [c for c in changes if c.undone_at is None and c.status == Status.ERROR]
     shown = [c for c in changes if c.undone_at is None and c.status != Status.ERROR]
     return Listing(
-        journal=journal.path,
+        journal=journal.location,
         checkpoints=checkpoints,
         changes=shown,
         hidden_undone=len(undone),
@@ -251,9 +198,9 @@ def run_log(args: argparse.Namespace) -> int:
     if args.db is None and args.config is None:
         print("compensator log: pass --db JOURNAL, or --config REGISTRY", file=sys.stderr)
         return 2
-    journal: Journal | None = None
+    journal: JournalStore | None = None
     try:
-        journal = Journal(journal_path(args.db, args.config), read_only=True)
+        journal = open_journal(journal_path(args.db, args.config), read_only=True)
         listing = select(journal, checkpoint_id=args.checkpoint, everything=args.all)
     except CompensatorError as exc:
         print(f"compensator log: {exc}", file=sys.stderr)

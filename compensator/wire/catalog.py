@@ -58,8 +58,10 @@ from typing import Any
 import anyio
 import mcp.types as types
 
-from . import _sdk
-from .downstream import CATALOG, SEPARATOR, Downstream, DownstreamPool
+from ..names import exposed_name
+from . import sdk
+from .downstream import CATALOG, Downstream
+from .pool import DownstreamPool
 
 __all__ = [
     "PREFIX",
@@ -138,20 +140,20 @@ class _Tables:
 
     def _add_server(self, server: Downstream) -> None:
         for resource in server.resources:
-            wire = _sdk.to_wire(resource)
+            wire = sdk.to_wire(resource)
             entry = self._entry(server.name, str(wire["uri"]), self.by_uri, "uri", wire)
             self.resources.append(entry)
             self.by_uri.setdefault(entry.exposed, entry)
         for template in server.resource_templates:
-            wire = _sdk.to_wire(template)
+            wire = sdk.to_wire(template)
             entry = self._entry(
                 server.name, str(wire["uriTemplate"]), self.by_template, "uriTemplate", wire
             )
             self.templates.append(entry)
             self.by_template.setdefault(entry.exposed, entry)
         for prompt in server.prompts:
-            wire = _sdk.to_wire(prompt)
-            exposed = f"{server.prefix}{SEPARATOR}{wire['name']}"
+            wire = sdk.to_wire(prompt)
+            exposed = exposed_name(server.prefix, str(wire["name"]))
             entry = _Entry(server.name, str(wire["name"]), exposed, {**wire, "name": exposed})
             self.prompts.setdefault(exposed, entry)
 
@@ -193,7 +195,7 @@ class _Tables:
             why = f"its scheme {scheme!r} is used by several servers ({', '.join(owners)})"
         else:
             why = f"no server lists a URI or template with the scheme {scheme!r}"
-        raise _sdk.sdk_error(
+        raise sdk.sdk_error(
             RESOURCE_NOT_FOUND,
             f"no server behind the proxy offers resource {uri!r}: no server listed it or a "
             f"template matching it, and {why}. List resources/list and "
@@ -224,7 +226,7 @@ class Catalog:
         self.subscriptions: dict[str, tuple[str, str]] = {}
         """Client-side URI -> (server, the server's own URI) of each live subscription."""
         self._subscribers: dict[str, dict[Any, Any]] = {}
-        """Client-side URI -> the client sessions subscribed to it, by `_sdk.client_key`."""
+        """Client-side URI -> the client sessions subscribed to it, by `sdk.client_key`."""
         self.tables()
 
     # -- state -------------------------------------------------------------------------
@@ -269,14 +271,14 @@ class Catalog:
         found = (s.capabilities.get(capability) for s in self.pool.servers.values())
         return [c if isinstance(c, dict) else {} for c in found if c is not None]
 
-    def handlers(self) -> _sdk.CatalogHandlers:
-        """The handlers for `_sdk.build_server`: only those of capabilities that at least one
+    def handlers(self) -> sdk.CatalogHandlers:
+        """The handlers for `sdk.build_server`: only those of capabilities that at least one
         downstream server advertises."""
         self.tables()  # reports collisions at start-up
         resources, prompts = self._advertised("resources"), self._advertised("prompts")
         any_resources, any_prompts = bool(resources), bool(prompts)
         subscribe = any(c.get("subscribe") for c in resources)
-        return _sdk.CatalogHandlers(
+        return sdk.CatalogHandlers(
             list_resources=self.list_resources if any_resources else None,
             list_resource_templates=self.list_resource_templates if any_resources else None,
             read_resource=self.read_resource if any_resources else None,
@@ -342,7 +344,7 @@ class Catalog:
         )
         if original == uri:
             return result  # type: ignore[no-any-return]
-        wire = _sdk.to_wire(result)
+        wire = sdk.to_wire(result)
         for content in wire.get("contents", []):
             if content.get("uri") == original:
                 content["uri"] = uri
@@ -353,12 +355,12 @@ class Catalog:
         server, original = self.route_uri(uri)
         await self._subscribe_at(server, original)
         self.subscriptions[uri] = (server, original)
-        self._subscribers.setdefault(uri, {})[_sdk.client_key(client)] = client
+        self._subscribers.setdefault(uri, {})[sdk.client_key(client)] = client
 
     async def unsubscribe(self, uri: str, client: Any) -> None:
         """`client` no longer wants updates of `uri`; the server is told when nobody does."""
         subscribers = self._subscribers.get(uri, {})
-        subscribers.pop(_sdk.client_key(client), None)
+        subscribers.pop(sdk.client_key(client), None)
         if subscribers:
             return  # another client still wants its updates
         server, original = self.subscriptions.get(uri) or self.route_uri(uri)
@@ -389,8 +391,8 @@ class Catalog:
                 continue
             try:
                 await self._subscribe_at(server, original)
-            except _sdk.SDKError as exc:
-                why = _sdk.error_data(exc)[1]
+            except sdk.SDKError as exc:
+                why = sdk.error_data(exc)[1]
                 log.warning(
                     "server %r: renewing the subscription to %s failed: %s", server, uri, why
                 )
@@ -414,7 +416,7 @@ class Catalog:
         entry = prompts.get(name)
         if entry is None:
             known = ", ".join(list(prompts)[:20]) or "none"
-            raise _sdk.sdk_error(
+            raise sdk.sdk_error(
                 INVALID_PARAMS,
                 f"no prompt named {name!r} behind the proxy; prompts are named server__prompt, "
                 f"known prompts: {known}",
@@ -460,7 +462,7 @@ class Catalog:
 
     def _watcher(self, server: str, then: Any) -> Any:
         async def message_handler(message: Any) -> None:
-            notification = _sdk.notification_of(message)
+            notification = sdk.notification_of(message)
             if getattr(notification, "method", None) == "notifications/resources/updated":
                 uri = str(notification.params.uri)  # type: ignore[union-attr]
                 try:
@@ -499,17 +501,17 @@ class Catalog:
         downstream = self.pool.servers[server]
         session = downstream.session
         if problem is not None or session is None:
-            raise _sdk.sdk_error(INTERNAL_ERROR, problem or f"server {server!r} is not running")
+            raise sdk.sdk_error(INTERNAL_ERROR, problem or f"server {server!r} is not running")
         limit = downstream.spec.call_timeout
         try:
             with anyio.fail_after(limit):
-                return await _sdk.send_wire_request(session, method, params, request_type, result)
+                return await sdk.send_wire_request(session, method, params, request_type, result)
         except TimeoutError:
             message = f"server {server!r} did not answer {method} within {limit:.3g} s"
-            raise _sdk.sdk_error(REQUEST_TIMEOUT, message) from None
-        except _sdk.SDKError as exc:
-            code, text, data = _sdk.error_data(exc)
-            raise _sdk.sdk_error(code, f"server {server!r}: {text}", data) from None
+            raise sdk.sdk_error(REQUEST_TIMEOUT, message) from None
+        except sdk.SDKError as exc:
+            code, text, data = sdk.error_data(exc)
+            raise sdk.sdk_error(code, f"server {server!r}: {text}", data) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             message = f"server {server!r} is gone ({type(exc).__name__}) during {method}"
-            raise _sdk.sdk_error(INTERNAL_ERROR, message) from None
+            raise sdk.sdk_error(INTERNAL_ERROR, message) from None

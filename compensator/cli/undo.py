@@ -15,12 +15,12 @@ from typing import Any
 
 import anyio
 
-from .downstream import STARTUP_TIMEOUT, DownstreamPool
-from .errors import CompensatorError
-from .journal import Checkpoint, Journal
-from .log_cli import checkpoint_title, compact, journal_path, no_such_checkpoint
-from .proxy import registry_environment, undo_caller
-from .registry import Registry, load_registry
+from ..errors import CompensatorError
+from ..journal import Checkpoint, JournalStore, open_journal
+from ..proxy import CallOutcome, Progress, Undoer, UndoReport, undo_caller
+from ..registry import Registry, load_registry, registry_environment
+from ..wire import STARTUP_TIMEOUT, DownstreamPool
+from .common import checkpoint_title, compact, journal_path, no_such_checkpoint
 from .terminal import (
     Cell,
     Column,
@@ -31,9 +31,8 @@ from .terminal import (
     render_table,
     terminal_width,
 )
-from .undo import CallOutcome, Progress, Undoer, UndoReport
 
-__all__ = ["Plan", "add_undo_arguments", "run_undo"]
+__all__ = ["UNDO_EPILOG", "Plan", "add_undo_arguments", "run_undo"]
 
 _KINDS = ("undone", "skipped", "nothing_to_undo")
 _PLAN_COLUMNS = (
@@ -66,7 +65,7 @@ async def _no_calls(name: str, arguments: dict[str, Any]) -> CallOutcome:
     return CallOutcome(ok=False, error="the plan reads no state; drift is checked when undoing")
 
 
-def _checkpoint(journal: Journal, checkpoint_id: int) -> Checkpoint:
+def _checkpoint(journal: JournalStore, checkpoint_id: int) -> Checkpoint:
     checkpoint = journal.checkpoint(checkpoint_id)
     if checkpoint is None:
         raise CompensatorError(no_such_checkpoint(journal, checkpoint_id))
@@ -76,7 +75,7 @@ def _checkpoint(journal: Journal, checkpoint_id: int) -> Checkpoint:
 async def make_plan(
     registry: Registry, path: Path, checkpoint_id: int, force: bool = False
 ) -> Plan:
-    journal = Journal(path, read_only=True)
+    journal = open_journal(path, read_only=True)
     try:
         checkpoint = _checkpoint(journal, checkpoint_id)
         undoer = Undoer(journal, registry, _no_calls)
@@ -95,7 +94,7 @@ async def undo(
     force: bool = False,
 ) -> UndoReport:
     """Start the servers and undo every open change after the checkpoint, newest first."""
-    journal = Journal(path)
+    journal = open_journal(path)
     try:
         checkpoint = _checkpoint(journal, checkpoint_id)
         async with DownstreamPool(

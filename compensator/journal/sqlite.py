@@ -1,8 +1,7 @@
-"""The SQLite journal: checkpoints, changes and the compensations run against them."""
+"""The SQLite journal: one file, WAL mode, a schema version with forward migrations."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
@@ -10,110 +9,16 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import JournalError
+from ..errors import JournalError
+from .records import Change, Checkpoint, Compensation, Status, StepStatus
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "Change",
-    "Checkpoint",
-    "Compensation",
-    "Journal",
-    "Status",
-    "StepStatus",
-    "default_journal_path",
-    "pid_alive",
-]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal", "pid_alive"]
 
-SCHEMA_VERSION = 2
-
-
-class Status:
-    """Outcomes of a journaled call. Plain strings, so rows read back without mapping."""
-
-    PENDING = "pending"  # intent written, call forwarded, outcome not yet recorded
-    OK = "ok"
-    ERROR = "error"  # isError, or error_when matched: never compensated
-    UNKNOWN = "unknown"  # the outcome was never recorded (crash, timeout, cancellation)
-
-
-class StepStatus:
-    """Outcomes of a compensating call."""
-
-    STARTED = "started"  # recorded before the call is sent; left behind by a crash
-    OK = "ok"
-    ERROR = "error"  # failed for sure, or never sent: nothing happened
-    UNKNOWN = "unknown"  # sent, but no answer (timeout, server died, cancelled)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Checkpoint:
-    id: int
-    label: str | None
-    created_at: str
-    last_change_id: int
-    session: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "label": self.label, "created_at": self.created_at}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Change:
-    id: int
-    checkpoint_id: int | None
-    tool: str
-    classification: str
-    status: str
-    args: Any
-    snapshot: Any
-    snapshot_error: str | None
-    result: Any
-    error: str | None
-    created_at: str
-    completed_at: str | None
-    undone_at: str | None
-    undo_note: str | None
-    session: str | None = None
-    post_state: Any = None
-    post_state_error: str | None = None
-    post_state_recorded: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        """The shape `list_changes` and `undo_to` report."""
-        return {
-            "id": self.id,
-            "checkpoint": self.checkpoint_id,
-            "tool": self.tool,
-            "classification": self.classification,
-            "status": self.status,
-            "args": self.args,
-            "created_at": self.created_at,
-        }
-
-    def context(self) -> dict[str, Any]:
-        """What a template may read under `change`."""
-        return {**self.to_json(), "error": self.error}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Compensation:
-    id: int
-    change_id: int
-    step: int
-    tool: str
-    args: Any
-    status: str
-    error: str | None
-    created_at: str
-    pid: int | None = None
-
-
-_MIGRATIONS: tuple[str, ...] = (
+MIGRATIONS: tuple[str, ...] = (
     # 0 -> 1
     """
     CREATE TABLE checkpoints (
@@ -163,28 +68,17 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX changes_session ON changes (session, id);
     """,
 )
+"""The schema, one script per version: entry N takes a journal from version N to N + 1."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
 
 _CHANGE_COLUMNS = (
     "id, checkpoint_id, tool, classification, status, args, snapshot, snapshot_error, "
     "result, error, created_at, completed_at, undone_at, undo_note, session, post_state, "
     "post_state_error"
 )
-
-
-def default_journal_path(config: str | os.PathLike[str]) -> Path:
-    """Where the journal of a registry lives when no --db is given.
-
-    `$COMPENSATOR_DB` when set; else one file per registry (named after the file and a hash of
-    its absolute path) under `$XDG_STATE_HOME/mcp-compensator`, which defaults to
-    `~/.local/state/mcp-compensator`.
-    """
-    explicit = os.environ.get("COMPENSATOR_DB")
-    if explicit:
-        return Path(explicit).expanduser()
-    config_path = Path(config).expanduser().resolve()
-    digest = hashlib.sha256(str(config_path).encode()).hexdigest()[:10]
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "mcp-compensator" / f"{config_path.stem}-{digest}.db"
+_COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid"
+_JSON_COLUMNS = ("args", "snapshot", "result", "post_state")
 
 
 def _now() -> str:
@@ -207,6 +101,7 @@ def _create_private(path: Path) -> None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -216,8 +111,9 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-class Journal:
-    """One SQLite connection per process; every write is a short transaction.
+class SQLiteJournal:
+    """A `JournalStore` in one SQLite file; one connection per store, every write a short
+    `BEGIN IMMEDIATE` transaction.
 
     Snapshots and arguments may hold secrets, so the database file is created 0600.
     Every commit (the intent of a call is committed before the call is forwarded) reaches the
@@ -227,23 +123,18 @@ class Journal:
     millisecond per commit.
 
     `read_only=True` opens an existing journal for reading, e.g. while a proxy writes it: the
-    file is never created, migrated or recovered, and SQLite refuses every write.
+    file is never created, migrated or recovered, and every write raises JournalError.
 
-    Several processes may share one journal file. Each `Journal` is one `session` (new on every
-    open): checkpoints and changes record it, so that undoing to a checkpoint never reaches the
-    changes another process made meanwhile (see `open_changes`).
+    Several processes may share one journal file. Each store is one `session` (new on every
+    open). A session is alive while its process runs: pending calls and started compensating
+    steps of a process that is gone are what `recover_abandoned` and `started_elsewhere` judge.
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        read_only: bool = False,
-        fsync: bool = False,
-        session: str | None = None,
+        self, path: str | os.PathLike[str], *, read_only: bool = False, fsync: bool = False
     ) -> None:
         self.path = Path(path)
-        self.session = session or uuid.uuid4().hex
+        self.session = uuid.uuid4().hex
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._lock = threading.Lock()
         if read_only:
@@ -265,15 +156,23 @@ class Journal:
             self._configure()
             self._migrate()
             self.recover_abandoned()
-        except sqlite3.Error as exc:
+        except BaseException as exc:
             self._db.close()
-            raise JournalError(
-                f"cannot use journal {self.path}: {exc}. Pass --db with a journal file "
-                "written by compensator, or a new path."
-            ) from exc
-        except BaseException:
-            self._db.close()
+            cause = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
+            if isinstance(cause, sqlite3.Error):
+                raise JournalError(
+                    f"cannot use journal {self.path}: {cause}. Pass --db with a journal file "
+                    "written by compensator, or a new path."
+                ) from exc
             raise
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
+    def pragma(self, name: str) -> Any:
+        """The value of SQLite's PRAGMA `name` on this store's connection (for diagnostics)."""
+        return self._query(f"PRAGMA {name}", ())[0][0]
 
     # -- set-up -----------------------------------------------------------------------
 
@@ -325,20 +224,30 @@ class Journal:
         if version > SCHEMA_VERSION:
             raise JournalError(self._version_problem(version))
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            with self._transaction() as db:
-                db.executescript_safe(_MIGRATIONS[target - 1])
-                db.execute(f"PRAGMA user_version={target}")
+            with self._transaction() as tx:
+                tx.run_script(MIGRATIONS[target - 1])
+                tx.execute(f"PRAGMA user_version={target}")
 
     @contextmanager
     def _transaction(self) -> Iterator[_Tx]:
+        """One write transaction; a SQLite error in it is a JournalError, nothing written."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._failed("write", exc) from exc
             try:
                 yield _Tx(self._db)
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("COMMIT")
+            except BaseException as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._failed("write", exc) from exc
                 raise
-            self._db.execute("COMMIT")
+
+    def _failed(self, action: str, exc: sqlite3.Error) -> JournalError:
+        return JournalError(f"cannot {action} journal {self.path}: {exc}")
 
     def close(self) -> None:
         with self._lock:
@@ -347,17 +256,16 @@ class Journal:
     # -- checkpoints ------------------------------------------------------------------
 
     def create_checkpoint(self, label: str | None) -> Checkpoint:
-        with self._transaction() as db:
-            last = db.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
+        with self._transaction() as tx:
+            last = tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
             created = _now()
-            cursor = db.execute(
+            checkpoint_id = tx.insert(
                 "INSERT INTO checkpoints (label, created_at, last_change_id, session) "
                 "VALUES (?, ?, ?, ?)",
                 (label, created, last, self.session),
             )
-        assert cursor.lastrowid is not None
         return Checkpoint(
-            id=cursor.lastrowid,
+            id=checkpoint_id,
             label=label,
             created_at=created,
             last_change_id=last,
@@ -366,11 +274,11 @@ class Journal:
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
         row = self._query_one("SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        return None if row is None else _checkpoint(row)
+        return None if row is None else Checkpoint(**dict(row))
 
     def checkpoints(self) -> list[Checkpoint]:
         rows = self._query("SELECT * FROM checkpoints ORDER BY id DESC", ())
-        return [_checkpoint(row) for row in rows]
+        return [Checkpoint(**dict(row)) for row in rows]
 
     # -- changes ----------------------------------------------------------------------
 
@@ -383,12 +291,11 @@ class Journal:
         snapshot: Any = None,
         snapshot_error: str | None = None,
     ) -> int:
-        """Write the intent of a call before it is forwarded; returns the change id."""
-        with self._transaction() as db:
-            checkpoint = db.execute(
+        with self._transaction() as tx:
+            checkpoint = tx.scalar(
                 "SELECT MAX(id) FROM checkpoints WHERE session = ?", (self.session,)
-            ).fetchone()[0]
-            cursor = db.execute(
+            )
+            return tx.insert(
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
                 "snapshot, snapshot_error, pid, created_at, session) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -405,36 +312,32 @@ class Journal:
                     self.session,
                 ),
             )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
 
     def record_outcome(
         self, change_id: int, *, status: str, result: Any = None, error: str | None = None
     ) -> None:
-        with self._transaction() as db:
-            db.execute(
+        with self._transaction() as tx:
+            tx.execute(
                 "UPDATE changes SET status = ?, result = ?, error = ?, completed_at = ? "
                 "WHERE id = ?",
                 (status, _dump(result), error, _now(), change_id),
             )
 
     def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
-        """The state read right after a verified call, which undo compares against (drift)."""
-        with self._transaction() as db:
-            db.execute(
+        with self._transaction() as tx:
+            tx.execute(
                 "UPDATE changes SET post_state = ?, post_state_error = ? WHERE id = ?",
                 (None if error else _dump(state), error, change_id),
             )
 
     def recover_abandoned(self) -> int:
-        """Mark calls left pending by a process that no longer runs as `unknown`."""
-        with self._transaction() as db:
-            rows = db.execute(
+        with self._transaction() as tx:
+            rows = tx.execute(
                 "SELECT id, pid FROM changes WHERE status = ?", (Status.PENDING,)
             ).fetchall()
             dead = [row["id"] for row in rows if not pid_alive(row["pid"])]
             for change_id in dead:
-                db.execute(
+                tx.execute(
                     "UPDATE changes SET status = ?, error = ? WHERE id = ?",
                     (
                         Status.UNKNOWN,
@@ -449,73 +352,50 @@ class Journal:
         return None if row is None else _change(row)
 
     def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
-        """Changes not yet undone, newest first.
-
-        With a checkpoint: only those made after it, by the session that took it or by this
-        one. A process sharing the journal never sees the other's changes there, and a proxy
-        restarted after a crash still reaches the changes of the process before it.
-        """
+        """A process sharing the journal never sees the other's changes after a checkpoint,
+        and a proxy restarted after a crash still reaches the changes of the one before it."""
         if after_checkpoint is None:
-            rows = self._query(
-                f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL ORDER BY id DESC",
-                (),
-            )
-        else:
-            rows = self._query(
-                f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL AND id > ? "
-                "AND (session IS ? OR session IS ?) ORDER BY id DESC",
-                (after_checkpoint.last_change_id, after_checkpoint.session, self.session),
-            )
-        return [_change(row) for row in rows]
+            return self._changes("undone_at IS NULL ORDER BY id DESC", ())
+        return self._changes(
+            "undone_at IS NULL AND id > ? AND (session IS ? OR session IS ?) ORDER BY id DESC",
+            (after_checkpoint.last_change_id, after_checkpoint.session, self.session),
+        )
 
     def unknown_changes(self) -> list[Change]:
-        """Open changes whose outcome was never recorded, oldest first."""
-        rows = self._query(
-            f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE undone_at IS NULL AND status = ? "
-            "ORDER BY id",
-            (Status.UNKNOWN,),
-        )
-        return [_change(row) for row in rows]
+        return self._changes("undone_at IS NULL AND status = ? ORDER BY id", (Status.UNKNOWN,))
 
     def all_changes(self) -> list[Change]:
-        rows = self._query(f"SELECT {_CHANGE_COLUMNS} FROM changes ORDER BY id DESC", ())
+        return self._changes("1 ORDER BY id DESC", ())
+
+    def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
+        rows = self._query(f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE {where}", params)
         return [_change(row) for row in rows]
 
     # -- compensations ----------------------------------------------------------------
 
-    def completed_steps(self, change_id: int) -> set[int]:
-        return {step for step, last in self.latest_steps(change_id).items() if last.status == "ok"}
-
-    def latest_steps(self, change_id: int) -> dict[int, Compensation]:
-        """The newest record of each compensating step of a change, by step index."""
-        latest: dict[int, Compensation] = {}
-        for record in self.compensations(change_id):
-            latest[record.step] = record
-        return latest
+    def compensations(self, change_id: int) -> list[Compensation]:
+        rows = self._query(
+            f"SELECT {_COMPENSATION_COLUMNS} FROM compensations WHERE change_id = ? ORDER BY id",
+            (change_id,),
+        )
+        return [Compensation(**{**dict(row), "args": _load(row["args"])}) for row in rows]
 
     def record_step_started(
         self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
     ) -> int | None:
-        """Record a compensating call before it is made, so a crash leaves a trace.
-
-        `after` is the id of the step's newest record the caller saw (None: no record). The
-        claim and the check are one transaction: when another process recorded the step since,
-        nothing is written and None is returned, so two processes never both run it.
-        """
-        with self._transaction() as db:
-            newest = db.execute(
+        """The claim and the check are one transaction, so two processes never both run it."""
+        with self._transaction() as tx:
+            newest = tx.scalar(
                 "SELECT MAX(id) FROM compensations WHERE change_id = ? AND step = ?",
                 (change_id, step),
-            ).fetchone()[0]
+            )
             if newest != after:
                 return None
-            cursor = db.execute(
+            return tx.insert(
                 "INSERT INTO compensations (change_id, step, tool, args, status, created_at, pid) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (change_id, step, tool, _dump(args), StepStatus.STARTED, _now(), os.getpid()),
             )
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
 
     def record_step_outcome(
         self,
@@ -527,54 +407,40 @@ class Journal:
         undone: tuple[int, str] | None = None,
         in_doubt: bool = False,
     ) -> None:
-        """Record a compensating call's outcome; `undone=(change_id, note)` settles the change
-        in the same transaction, so a change is never marked undone without its proof.
-        `in_doubt` marks a failure after which the call may still have applied."""
+        """A change is never marked undone without the record that proves it."""
         status = StepStatus.OK if ok else StepStatus.UNKNOWN if in_doubt else StepStatus.ERROR
-        with self._transaction() as db:
-            db.execute(
+        with self._transaction() as tx:
+            tx.execute(
                 "UPDATE compensations SET status = ?, result = ?, error = ? WHERE id = ?",
                 (status, _dump(result), error, compensation_id),
             )
             if undone is not None:
-                db.mark_undone(*undone)
+                tx.mark_undone(*undone)
 
     def mark_undone(self, change_id: int, note: str) -> None:
-        """Settle a change that needed no compensating call now (steps skipped, or call failed)."""
-        with self._transaction() as db:
-            db.mark_undone(change_id, note)
+        with self._transaction() as tx:
+            tx.mark_undone(change_id, note)
 
-    def compensations(self, change_id: int) -> list[Compensation]:
-        rows = self._query(
-            "SELECT id, change_id, step, tool, args, status, error, created_at, pid "
-            "FROM compensations WHERE change_id = ? ORDER BY id",
-            (change_id,),
+    def started_elsewhere(self, record: Compensation) -> bool:
+        return (
+            record.status == StepStatus.STARTED
+            and record.pid is not None
+            and record.pid != os.getpid()
+            and pid_alive(record.pid)
         )
-        return [
-            Compensation(
-                id=row["id"],
-                change_id=row["change_id"],
-                step=row["step"],
-                tool=row["tool"],
-                args=_load(row["args"]),
-                status=row["status"],
-                error=row["error"],
-                created_at=row["created_at"],
-                pid=row["pid"],
-            )
-            for row in rows
-        ]
 
-    # -- helpers ----------------------------------------------------------------------
+    # -- reading ----------------------------------------------------------------------
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[sqlite3.Row]:
         with self._lock:
-            return self._db.execute(sql, params).fetchall()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise self._failed("read", exc) from exc
 
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
-        with self._lock:
-            row: sqlite3.Row | None = self._db.execute(sql, params).fetchone()
-            return row
+        rows = self._query(sql, params)
+        return rows[0] if rows else None
 
 
 class _Tx:
@@ -586,10 +452,16 @@ class _Tx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
 
-    def scalar(self, sql: str) -> Any:
-        return self._db.execute(sql).fetchone()[0]
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._db.execute(sql, params).fetchone()[0]
 
-    def executescript_safe(self, script: str) -> None:
+    def insert(self, sql: str, params: Sequence[Any]) -> int:
+        """Run an INSERT; the id SQLite gave the new row."""
+        row_id = self._db.execute(sql, params).lastrowid
+        assert row_id is not None
+        return row_id
+
+    def run_script(self, script: str) -> None:
         # executescript() would COMMIT the open transaction; run statements one by one.
         for statement in script.split(";"):
             if statement.strip():
@@ -602,34 +474,9 @@ class _Tx:
         )
 
 
-def _checkpoint(row: sqlite3.Row) -> Checkpoint:
-    return Checkpoint(
-        id=row["id"],
-        label=row["label"],
-        created_at=row["created_at"],
-        last_change_id=row["last_change_id"],
-        session=row["session"],
-    )
-
-
 def _change(row: sqlite3.Row) -> Change:
-    return Change(
-        id=row["id"],
-        checkpoint_id=row["checkpoint_id"],
-        tool=row["tool"],
-        classification=row["classification"],
-        status=row["status"],
-        args=_load(row["args"]),
-        snapshot=_load(row["snapshot"]),
-        snapshot_error=row["snapshot_error"],
-        result=_load(row["result"]),
-        error=row["error"],
-        created_at=row["created_at"],
-        completed_at=row["completed_at"],
-        undone_at=row["undone_at"],
-        undo_note=row["undo_note"],
-        session=row["session"],
-        post_state=_load(row["post_state"]),
-        post_state_error=row["post_state_error"],
-        post_state_recorded=row["post_state"] is not None or row["post_state_error"] is not None,
-    )
+    fields = dict(row)
+    recorded = fields["post_state"] is not None or fields["post_state_error"] is not None
+    for name in _JSON_COLUMNS:
+        fields[name] = _load(fields[name])
+    return Change(**fields, post_state_recorded=recorded)

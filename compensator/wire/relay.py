@@ -41,8 +41,8 @@ from typing import Any
 import anyio
 import mcp.types as types
 
-from . import _sdk
-from .downstream import DownstreamPool
+from . import sdk
+from .pool import DownstreamPool
 
 __all__ = ["Relay"]
 
@@ -82,8 +82,8 @@ class Relay:
     def __init__(self) -> None:
         self.pool: DownstreamPool | None = None
         self._clients: dict[Any, Any] = {}
-        """Initialized sessions by `_sdk.client_key`, least recently active first."""
-        self._calls: list[tuple[str | None, _sdk.ClientCall]] = []
+        """Initialized sessions by `sdk.client_key`, least recently active first."""
+        self._calls: list[tuple[str | None, sdk.ClientCall]] = []
         """Client `tools/call`s in flight: (the server they go to, or None for a meta tool)."""
         self.level: str | None = None
         """The last level the client set with `logging/setLevel`."""
@@ -117,9 +117,9 @@ class Relay:
             raise ValueError(f"on_list_changed: kind must be one of {sorted(_CATALOG_KINDS)}")
         self._refreshers[kind] = refresh
 
-    def handlers(self) -> _sdk.RelayHandlers:
+    def handlers(self) -> sdk.RelayHandlers:
         """What the proxy's server calls for the client's non-tool messages."""
-        return _sdk.RelayHandlers(
+        return sdk.RelayHandlers(
             on_client=self.attach_client,
             set_level=self.set_level,
             roots_changed=self.roots_changed,
@@ -171,10 +171,10 @@ class Relay:
     def attach_client(self, session: Any) -> None:
         """A client finished initializing: from now on notifications reach it."""
         self._touch(session)
-        key = _sdk.client_key(session)
-        _sdk.on_client_closed(session, lambda: self._forget(key))
+        key = sdk.client_key(session)
+        sdk.on_client_closed(session, lambda: self._forget(key))
         log.debug("client connected (%d now); relaying notifications to it", len(self._clients))
-        if self._roots_asked_early and _sdk.client_supports(session, "roots"):
+        if self._roots_asked_early and sdk.client_supports(session, "roots"):
             asked, self._roots_asked_early = self._roots_asked_early, set()
             log.info(
                 "server(s) %s asked for roots before the client connected; telling them the "
@@ -188,7 +188,7 @@ class Relay:
         self.level = level
         for server in self._running():
             session = server.session
-            if session is None or not _sdk.server_supports(session, "logging"):
+            if session is None or not sdk.server_supports(session, "logging"):
                 continue
             try:
                 with anyio.fail_after(SET_LEVEL_TIMEOUT):
@@ -196,12 +196,12 @@ class Relay:
             except Exception as exc:
                 log.warning("server %r: forwarding logging/setLevel failed: %s", server.name, exc)
 
-    def track_calls(self, call_tool: _sdk.ToolCaller) -> _sdk.ToolCaller:
+    def track_calls(self, call_tool: sdk.ToolCaller) -> sdk.ToolCaller:
         """`call_tool` that remembers which session's call is in flight to which server, so
         that what a server sends meanwhile reaches that session."""
 
         async def tracked(name: str, arguments: dict[str, Any]) -> Any:
-            call = _sdk.CURRENT_CALL.get()
+            call = sdk.CURRENT_CALL.get()
             if call is None:
                 return await call_tool(name, arguments)
             routed = self.pool.route(name) if self.pool is not None else None
@@ -232,11 +232,11 @@ class Relay:
 
     # -- progress --------------------------------------------------------------------------
 
-    def progress_for(self, name: str) -> _sdk.ProgressCallback | None:
+    def progress_for(self, name: str) -> sdk.ProgressCallback | None:
         """A progress callback for the downstream call of tool `name`, when it is the client's
         call being handled and the client asked for progress. Only the first downstream call
         of that tool gets it: a verification read afterwards must not report progress."""
-        call = _sdk.CURRENT_CALL.get()
+        call = sdk.CURRENT_CALL.get()
         if call is None or call.progress_token is None or call.tool != name:
             return None
         if call.progress_taken:
@@ -259,7 +259,7 @@ class Relay:
     def _on_message(self, server: str, message: Any) -> None:
         # Never await a request on the downstream session here: 1.29 handles messages inline
         # in the session's receive loop, so it would wait for itself. Start a task instead.
-        notification = _sdk.notification_of(message)
+        notification = sdk.notification_of(message)
         kind = _CHANGED.get(getattr(notification, "method", ""))
         if kind is not None:
             self._changed(server, kind)
@@ -324,7 +324,7 @@ class Relay:
         call = self._caller(server)
         if call is not None:
             try:
-                await _sdk.notify_client(call.session, forwarded, call.request_id)
+                await sdk.notify_client(call.session, forwarded, call.request_id)
                 return
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 log.debug("the call's stream is closed; sending %s to every client", what)
@@ -337,7 +337,7 @@ class Relay:
             return
         for key, client in list(self._clients.items()):
             try:
-                await _sdk.notify_client(client, notification)
+                await sdk.notify_client(client, notification)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 log.debug("a client is gone; dropped %s for it", what)
                 self._forget(key)
@@ -366,7 +366,7 @@ class Relay:
             candidates, related = [call.session], call.request_id
         else:
             newest = list(reversed(self.clients))
-            able = [each for each in newest if _sdk.client_supports(each, capability)]
+            able = [each for each in newest if sdk.client_supports(each, capability)]
             candidates, related = able or newest[:1], None
         if not candidates:
             if capability == "roots":
@@ -375,7 +375,7 @@ class Relay:
                 f"server {server!r} sent {method} before a client connected to the compensator; "
                 "nobody can answer it yet. Send it again once a client is connected"
             )
-        if not _sdk.client_supports(candidates[0], capability):
+        if not sdk.client_supports(candidates[0], capability):
             return _error(
                 f"the client connected to the compensator does not support {capability} (it "
                 f"did not advertise the {capability!r} capability), so {method} from server "
@@ -383,27 +383,27 @@ class Relay:
             )
         for client in candidates:  # the next one when a session turns out to be gone
             try:
-                return await _sdk.ask_client(client, request, result_type, related)
-            except _sdk.SDKError as exc:
-                if not _sdk.connection_closed(exc):
+                return await sdk.ask_client(client, request, result_type, related)
+            except sdk.SDKError as exc:
+                if not sdk.connection_closed(exc):
                     return exc.error  # the client's own error, passed on as it is
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
-            self._forget(_sdk.client_key(client))
+            self._forget(sdk.client_key(client))
         return _error(f"the client disconnected before answering {method} from {server!r}")
 
     # -- helpers -----------------------------------------------------------------------------
 
     def _touch(self, session: Any) -> None:
         """`session` is the most recently active client from now on."""
-        key = _sdk.client_key(session)
+        key = sdk.client_key(session)
         self._clients.pop(key, None)
         self._clients[key] = session
 
     def _forget(self, key: Any) -> None:
         self._clients.pop(key, None)
 
-    def _caller(self, server: str) -> _sdk.ClientCall | None:
+    def _caller(self, server: str) -> sdk.ClientCall | None:
         """The latest client call in flight to `server` (or a meta tool's, e.g. undo_to)."""
         for target, call in reversed(self._calls):
             if target in (server, None):

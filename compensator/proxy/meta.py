@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import MetaArgumentError
-from .registry import Classification, ToolPolicy
+from ..classification import Classification
+from ..errors import MetaArgumentError
+from ..registry import Registry, ToolPolicy
+from ..wire import DownstreamPool
+from .calls import classify
 
 __all__ = [
     "META_TOOL_DEFINITIONS",
     "explain",
+    "explain_tool",
     "parse_checkpoint",
     "parse_explain",
     "parse_list_changes",
@@ -157,18 +161,16 @@ def parse_explain(args: Mapping[str, Any]) -> str:
     return tool
 
 
-_CAVEATS = (
-    "Undo is a new write that approximates the earlier state, not a rollback: effects outside "
-    "the proxied calls (emails sent, webhooks fired, other clients' reads) do not unwind, and "
-    "identities such as ids or hashes may differ after a restore."
-)
-
-
 def explain(
     tool: str, classification: Classification, policy: ToolPolicy | None, annotations: Mapping
 ) -> dict[str, Any]:
     """What undo would and would not do after `tool`, for an agent to read before calling it."""
-    text = _EXPLAINERS[classification](tool, policy, annotations)
+    text = classification.explanation(
+        tool,
+        snapshot_tool=policy.snapshot_tool if policy else None,
+        inverse_tools=[step.tool for step in policy.inverse] if policy else (),
+        annotations=annotations,
+    )
     if policy is not None and policy.mutating_when is not None:
         text += (
             f" Calls where `{policy.mutating_when.source}` is false are treated as reads "
@@ -190,12 +192,25 @@ def explain(
     return {
         "tool": tool,
         "classification": classification.value,
-        "journaled": classification is not Classification.READ,
-        "undoable": classification in (Classification.REVERSIBLE, Classification.COMPENSABLE),
+        "journaled": classification.journaled,
+        "undoable": classification.undoable,
         "snapshot": _snapshot(policy),
         "inverse": [_step(step) for step in policy.inverse] if policy else [],
         "explanation": text,
     }
+
+
+def explain_tool(registry: Registry, pool: DownstreamPool, tool: str) -> dict[str, Any]:
+    """What `explain_blast_radius` answers for `tool`; MetaArgumentError when nothing knows it."""
+    routed = pool.route(tool)
+    if routed is None and registry.policy(tool) is None:
+        raise MetaArgumentError(
+            f"explain_blast_radius: no tool named {tool!r}; "
+            "use a name from tools/list, such as " + ", ".join(list(pool.routes)[:5])
+        )
+    annotations = routed.annotations if routed is not None else {}
+    policy = registry.policy(tool)
+    return explain(tool, classify(registry, pool, tool), policy, annotations)
 
 
 def _snapshot(policy: ToolPolicy | None) -> dict[str, Any] | None:
@@ -210,55 +225,3 @@ def _step(step: Any) -> dict[str, Any]:
     if step.when is not None:
         described["when"] = step.when.source
     return described
-
-
-def _explain_read(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
-    return f"{tool} only reads. It is not journaled, and there is nothing to undo."
-
-
-def _explain_reversible(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
-    steps = ", then ".join(s.tool for s in policy.inverse) if policy else "?"
-    return (
-        f"{tool} is journaled. undo_to calls {steps}, with arguments built from this call's "
-        f"arguments and result. {_CAVEATS}"
-    )
-
-
-def _explain_compensable(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
-    snapshot = policy.snapshot_tool if policy else "?"
-    steps = ", then ".join(s.tool for s in policy.inverse) if policy else "?"
-    return (
-        f"{tool} is journaled. Just before it runs, the proxy records a snapshot with "
-        f"{snapshot}; undo_to calls {steps} to put back what the snapshot saw. The snapshot is "
-        f"only as fresh as that moment: changes made by anything else between this call and "
-        f"the undo may be overwritten. {_CAVEATS}"
-    )
-
-
-def _explain_irreversible(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
-    return (
-        f"{tool} is IRREVERSIBLE: it is journaled for the record, but undo_to will never undo "
-        "it and reports it as skipped. Ask the user before calling it."
-    )
-
-
-def _explain_unknown(tool: str, policy: ToolPolicy | None, annotations: Mapping) -> str:
-    hints = []
-    if annotations.get("destructiveHint"):
-        hints.append("its server marks it destructive")
-    if annotations.get("readOnlyHint"):
-        hints.append("its server marks it read-only, but the registry does not trust that")
-    hint = f" ({'; '.join(hints)})" if hints else ""
-    return (
-        f"{tool} has no policy in the registry{hint}. It is journaled, but undo_to refuses to "
-        "undo it and reports it as skipped. Treat it as irreversible."
-    )
-
-
-_EXPLAINERS = {
-    Classification.READ: _explain_read,
-    Classification.REVERSIBLE: _explain_reversible,
-    Classification.COMPENSABLE: _explain_compensable,
-    Classification.IRREVERSIBLE: _explain_irreversible,
-    Classification.UNKNOWN: _explain_unknown,
-}

@@ -7,7 +7,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from .errors import RegistryError
+from ..errors import RegistryError
 
 __all__ = ["join_key", "line_of", "load_with_lines", "located_error"]
 

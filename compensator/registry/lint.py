@@ -1,6 +1,6 @@
-"""`compensator check`: lint a registry against the tools its live servers really offer.
+"""A registry compared with the tools its servers really offer (`compensator check`).
 
-The registry is loaded as `serve` loads it, its servers are started, and `lint` compares:
+`lint` takes what the servers said as plain data (`LiveView`) and finds:
 
 - error: a tool the registry names (`tools:`, `state:`, `reset:`, `snapshot_tool`, inverse
   steps) that no server offers; tools of a server that failed to start are not reported, the
@@ -23,29 +23,19 @@ The registry is loaded as `serve` loads it, its servers are started, and `lint` 
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import enum
-import json
 import re
-import sys
-import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from . import _sdk
-from ._yamlnodes import line_of, load_with_lines
-from .downstream import STARTUP_TIMEOUT, DownstreamPool, RoutedTool, split_name
-from .errors import CompensatorError
-from .names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
-from .proxy import registry_environment
-from .registry import Classification, Registry, ToolPolicy, load_registry
-from .templates import Expression, Template
-from .terminal import add_startup_timeout, log_to_stderr
+from ..errors import CompensatorError
+from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, split_name, too_long
+from .expressions import Expression, Template
+from .model import Registry, ToolPolicy
+from .yamlnodes import line_of, load_with_lines
 
 __all__ = [
     "Finding",
@@ -54,18 +44,12 @@ __all__ = [
     "Severity",
     "accepts",
     "lint",
+    "locate",
     "missing_arguments",
-    "observe",
-    "run_check",
+    "summary",
     "unknown_arguments",
     "unknown_reads",
 ]
-
-
-_WIDTH = 100
-_SEVERITY_WIDTH = 9
-_TOOL_WIDTH = 36
-"""The widest tool column; a longer name gets a line of its own."""
 
 
 class Severity(str, enum.Enum):
@@ -306,10 +290,7 @@ def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
         yield from policy.snapshot_args.expressions()
     if policy.verify_names_its_read and policy.verify_args is not None:
         yield from policy.verify_args.expressions()
-    for step in policy.inverse:
-        yield from step.args.expressions()
-        if step.when is not None:
-            yield step.when
+    yield from policy.step_expressions()
     if policy.error_when is not None:
         yield policy.error_when
     if policy.mutating_when is not None:
@@ -318,14 +299,14 @@ def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
 
 def _check_annotations(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
     tool = live.tools.get(policy.name)
-    if policy.classification is not Classification.READ or tool is None:
+    if policy.classification.journaled or tool is None:
         return
     if tool.annotations is None or not _destructive(tool.annotations):
         return
     message = (
-        "classified read, but its server annotates it destructive (readOnlyHint false, "
-        "destructiveHint true), and reads are never journaled. Classify it reversible, "
-        "compensable or irreversible, unless you know it only reads."
+        f"classified {policy.classification.value}, but its server annotates it destructive "
+        "(readOnlyHint false, destructiveHint true), and reads are never journaled. Classify "
+        "it reversible, compensable or irreversible, unless you know it only reads."
     )
     yield _warning(policy.name, f"tools.{policy.name}.classification", message)
 
@@ -348,27 +329,6 @@ def _unregistered(registry: Registry, live: LiveView) -> Iterator[Finding]:
         yield _warning(tool.name, None, message)
 
 
-# -- the live view ------------------------------------------------------------------------
-
-
-async def observe(registry: Registry, startup_timeout: float = STARTUP_TIMEOUT) -> LiveView:
-    """Start the registry's servers, list their tools, and stop them again."""
-    async with DownstreamPool(registry.servers.values(), startup_timeout=startup_timeout) as pool:
-        tools = {name: _live_tool(routed) for name, routed in pool.routes.items()}
-        return LiveView(tools=tools, failures=dict(pool.failures))
-
-
-def _live_tool(routed: RoutedTool) -> LiveTool:
-    wire = _sdk.tool_to_wire(routed.original)
-    schema = wire.get("inputSchema")
-    return LiveTool(
-        name=routed.name,
-        server=routed.server,
-        input_schema=schema if isinstance(schema, Mapping) else {},
-        annotations=wire.get("annotations"),
-    )
-
-
 def locate(findings: Iterable[Finding], path: Path) -> list[Finding]:
     """The findings with the line of their key in `path`, errors first, then in file order."""
     try:
@@ -379,93 +339,7 @@ def locate(findings: Iterable[Finding], path: Path) -> list[Finding]:
     return sorted(located, key=_order)
 
 
-# -- output -------------------------------------------------------------------------------
-
-
 def summary(findings: Iterable[Finding]) -> tuple[int, int]:
     """(errors, warnings)."""
     severities = [f.severity for f in findings]
     return severities.count(Severity.ERROR), severities.count(Severity.WARNING)
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
-def render_table(findings: list[Finding], path: Path) -> str:
-    """A plain-text table (severity, tool, problem) and a one-line summary."""
-    errors, warnings = summary(findings)
-    lines = [f"compensator check: {path}", ""]
-    if findings:
-        fitting = [len(f.tool or "-") for f in findings if len(f.tool or "-") <= _TOOL_WIDTH - 2]
-        width = max([len("TOOL"), *fitting]) + 2
-        lines.append(_row("SEVERITY", "TOOL", "PROBLEM", width))
-        lines.extend(_row(f.severity.value, f.tool or "-", _problem(f), width) for f in findings)
-        lines.append("")
-    else:
-        lines.extend(["No problems found.", ""])
-    lines.append(f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}")
-    return "\n".join(lines)
-
-
-def _problem(finding: Finding) -> str:
-    if finding.key is None:
-        return finding.message
-    where = finding.key if finding.line is None else f"{finding.key} (line {finding.line})"
-    return f"{where}: {finding.message}"
-
-
-def _row(severity: str, tool: str, problem: str, width: int) -> str:
-    indent = _SEVERITY_WIDTH + width
-    head = f"{severity:<{_SEVERITY_WIDTH}}{tool:<{width}}"
-    wrapped = textwrap.wrap(
-        problem, width=_WIDTH - indent, break_long_words=False, break_on_hyphens=False
-    )
-    if len(tool) > width - 2:
-        return "\n".join([head.rstrip(), *(" " * indent + part for part in wrapped)])
-    rest = [" " * indent + part for part in wrapped[1:]]
-    return "\n".join([head + wrapped[0], *rest])
-
-
-def render_json(findings: list[Finding], path: Path) -> str:
-    errors, warnings = summary(findings)
-    document = {
-        "registry": str(path),
-        "findings": [finding.to_json() for finding in findings],
-        "errors": errors,
-        "warnings": warnings,
-    }
-    return json.dumps(document, indent=2, ensure_ascii=False)
-
-
-# -- command line -------------------------------------------------------------------------
-
-
-def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.add_argument(
-        "--client-name",
-        default=CLIENT_NAME,
-        help="the name your MCP client knows the proxy by (Claude Code shows its tools as "
-        f"mcp__<name>__server__tool, at most {MAX_NAME_LENGTH} characters; "
-        f"default {CLIENT_NAME})",
-    )
-    add_startup_timeout(parser, STARTUP_TIMEOUT, "start and list its tools")
-
-
-def run_check(args: argparse.Namespace) -> int:
-    """Exit 1 when the registry does not load or any finding is an error, else 0."""
-    log_to_stderr()
-    try:
-        registry = load_registry(args.config, environ=registry_environment())
-        live = anyio.run(observe, registry, args.startup_timeout)
-    except CompensatorError as exc:
-        print(f"compensator: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    findings = locate(lint(registry, live, args.client_name), registry.path)
-    render = render_json if args.json else render_table
-    print(render(findings, registry.path))
-    return 1 if summary(findings)[0] else 0

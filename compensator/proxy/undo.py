@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
-from .errors import CompensatorError, MetaArgumentError
-from .journal import Change, Compensation, Journal, Status, StepStatus, pid_alive
-from .registry import Classification, InverseStep, Registry, ToolPolicy
+from ..classification import Classification
+from ..errors import CompensatorError, MetaArgumentError
+from ..journal import Change, Compensation, JournalStore, Status, StepStatus, latest_steps
+from ..registry import InverseStep, Registry, ToolPolicy
+from .calls import Caller, observed_state
 
-__all__ = [
-    "CallOutcome",
-    "Caller",
-    "Progress",
-    "UndoReport",
-    "Undoer",
-    "observed_state",
-    "template_context",
-]
+__all__ = ["Progress", "UndoReport", "Undoer", "template_context"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, kw_only=True)
-class CallOutcome:
-    """A downstream call reduced to what undo needs: did it work, and its parsed result.
-
-    `in_doubt` marks a failure after which the call may still have applied (no answer came)."""
-
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    in_doubt: bool = False
-
-
-Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
-"""Calls a downstream tool by its exposed name; never raises for a failed call."""
 Progress = Callable[[str, dict[str, Any]], None]
 """Told each change as it settles: its kind (undone, skipped, nothing_to_undo) and entry."""
 
@@ -89,7 +68,7 @@ class Undoer:
     tool's `verify` state shows nothing moved since the call, or the caller passes `force`.
     """
 
-    def __init__(self, journal: Journal, registry: Registry, call: Caller) -> None:
+    def __init__(self, journal: JournalStore, registry: Registry, call: Caller) -> None:
         self._journal = journal
         self._registry = registry
         self._call = call
@@ -137,7 +116,7 @@ class Undoer:
             return "nothing_to_undo", {**entry, "reason": "the call failed"}
         try:
             policy = self._policy_for(change)
-            latest = self._journal.latest_steps(change.id)
+            latest = latest_steps(self._journal.compensations(change.id))
             await self._may_run(change, policy, latest, force=force)
             calls = await self._compensate(change, policy, latest, dry_run=dry_run)
         except _Skip as skip:
@@ -152,14 +131,12 @@ class Undoer:
                 "the outcome of this call was never recorded (crash, timeout or cancellation); "
                 "check its effect by hand"
             )
-        if change.classification == Classification.IRREVERSIBLE.value:
-            raise _Skip("irreversible: the registry says this tool cannot be undone")
+        kind = Classification.named(change.classification)
+        if not kind.undoable:
+            raise _Skip(kind.refusal(change.tool))
         policy = self._registry.policy(change.tool)
-        if change.classification == Classification.UNKNOWN.value or policy is None:
-            raise _Skip(
-                f"unknown: the registry has no policy for {change.tool}; add one under `tools:` "
-                "to make it undoable"
-            )
+        if policy is None:
+            raise _Skip(Classification.UNKNOWN.refusal(change.tool))
         if not policy.inverse:
             raise _Skip(f"the registry's policy for {change.tool} has no inverse")
         return policy
@@ -171,12 +148,12 @@ class Undoer:
     ) -> None:
         """Raise _Skip unless compensating now is safe: no step is being run elsewhere, no step
         is in doubt (or repeating it is harmless), and the state has not drifted."""
-        busy = [r for r in latest.values() if r.status == StepStatus.STARTED and _elsewhere(r)]
+        busy = [r for r in latest.values() if self._journal.started_elsewhere(r)]
         if busy:
             raise _Skip(
                 f"being compensated by process {busy[0].pid}; undo again once it has finished"
             )
-        doubtful = [r for r in latest.values() if _in_doubt(r)]
+        doubtful = [r for r in latest.values() if self._in_doubt(r)]
         started = any(r.status == StepStatus.OK for r in latest.values())
         if doubtful:
             await self._resolve_doubt(change, policy, doubtful[0], started=started, force=force)
@@ -204,6 +181,12 @@ class Undoer:
             f"have applied ({why}); {_FORCE_HINT} (or mark {record.tool} `idempotent: true` in "
             "the registry if repeating it is harmless)"
         )
+
+    def _in_doubt(self, record: Compensation) -> bool:
+        """The step may or may not have applied: no answer came, or whoever ran it is gone."""
+        if record.status == StepStatus.UNKNOWN:
+            return True
+        return record.status == StepStatus.STARTED and not self._journal.started_elsewhere(record)
 
     def _idempotent(self, tool: str) -> bool:
         policy = self._registry.policy(tool)
@@ -312,29 +295,6 @@ class Undoer:
                 f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
             )
         raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
-
-
-def observed_state(outcome: CallOutcome) -> Any:
-    """What a state read saw, for the drift check; None when the read itself failed.
-
-    An error answer is a state too (after a delete, "not found" is what should be seen), so it
-    is kept, marked; only a read that got no answer at all says nothing."""
-    if outcome.ok:
-        return {"content": outcome.value}
-    if outcome.value is None:
-        return None
-    return {"isError": True, "content": outcome.value}
-
-
-def _elsewhere(record: Compensation) -> bool:
-    """A step another live process has started and not finished."""
-    return record.pid is not None and record.pid != os.getpid() and pid_alive(record.pid)
-
-
-def _in_doubt(record: Compensation) -> bool:
-    if record.status == StepStatus.UNKNOWN:
-        return True
-    return record.status == StepStatus.STARTED and not _elsewhere(record)
 
 
 def _render_step(step: InverseStep, context: dict[str, Any], index: int) -> dict[str, Any] | None:

@@ -1,0 +1,55 @@
+"""What several subcommands share: where the journal is, and how its timestamps, values and
+checkpoints read to a person."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import CompensatorError
+from ..journal import Checkpoint, JournalStore, default_journal_path
+
+__all__ = ["checkpoint_title", "compact", "journal_path", "local_time", "no_such_checkpoint"]
+
+
+def journal_path(db: Path | None, config: Path | None) -> Path:
+    """`--db`, else where `serve --config` keeps its journal ($COMPENSATOR_DB, else per config)."""
+    if db is not None:
+        return db
+    if config is None:
+        raise CompensatorError("pass --db JOURNAL, or --config REGISTRY to use its journal")
+    return default_journal_path(config)
+
+
+def local_time(iso: str) -> str:
+    """A journal timestamp (UTC, ISO 8601) in this machine's time zone, to the second."""
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return iso
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def compact(value: Any) -> str:
+    """JSON on one line, readable: `{"id": 3, "title": "x"}`."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def checkpoint_title(checkpoint: Checkpoint) -> str:
+    label = f" {compact(checkpoint.label)}" if checkpoint.label else ""
+    return f"checkpoint {checkpoint.id}{label} ({local_time(checkpoint.created_at)})"
+
+
+def no_such_checkpoint(journal: JournalStore, checkpoint_id: int) -> str:
+    """The error for an unknown checkpoint id, listing the valid ones (newest first)."""
+    known = journal.checkpoints()
+    if not known:
+        return (
+            f"no checkpoint {checkpoint_id} in {journal.location}: it has none yet "
+            "(an agent takes one with the `checkpoint` tool)"
+        )
+    shown = "; ".join(checkpoint_title(cp) for cp in known[:20])
+    more = f"; and {len(known) - 20} older" if len(known) > 20 else ""
+    return f"no checkpoint {checkpoint_id} in {journal.location}. Valid checkpoints: {shown}{more}"

@@ -1,0 +1,185 @@
+"""`compensator serve` (and `python -m compensator.proxy`): load the registry, start the
+servers, and serve the proxy to one client over stdio or to many over streamable HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from .. import __version__
+from ..errors import CompensatorError
+from ..journal import JournalStore, default_journal_path, open_journal
+from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
+from ..proxy import INSTRUCTIONS, Proxy
+from ..registry import load_registry, registry_environment
+from ..wire import Catalog, DownstreamPool, Relay, sdk
+from ..wire.http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
+from .terminal import log_to_stderr
+
+__all__ = ["add_serve_arguments", "main", "run_serve", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+async def serve(
+    config: Path,
+    db: Path,
+    fsync: bool = False,
+    http: HttpEndpoint | None = None,
+    client_name: str = CLIENT_NAME,
+) -> None:
+    """Load the registry, start the downstream servers, and serve one client over stdio, or
+    any number over streamable HTTP on `http` (compensator/wire/http_serve.py). `client_name` is
+    what the client calls the proxy, for the start-up warning about long tool names."""
+    registry = load_registry(config, environ=registry_environment())
+    journal = open_journal(db, fsync=fsync)
+    log.info("journal: %s, session: %s", journal.location, journal.session)
+    _report_unknown(journal)
+    try:
+        # The relay outlives the pool: a refresh it runs may still await a server's answer.
+        relay = Relay()
+        pool = DownstreamPool(registry.servers.values(), relay=relay, retry_first_start=True)
+        catalog = Catalog(pool)
+        catalog.watch()  # before the servers start: it forwards their resources/updated
+        relay.on_list_changed("resources", catalog.refresh_resources)
+        relay.on_list_changed("prompts", catalog.refresh_prompts)
+        async with relay, pool:
+            for name, reason in pool.failures.items():
+                log.error(
+                    "server %r failed to start: %s; it is retried in the background and its "
+                    "tools are offered once it starts",
+                    name,
+                    reason,
+                )
+            _warn_long_names(pool, client_name)
+            proxy = Proxy(registry, journal, pool)
+            server = sdk.build_server(
+                "compensator",
+                __version__,
+                INSTRUCTIONS,
+                proxy.list_tools,
+                relay.track_calls(proxy.call_tool),
+                catalog=catalog.handlers(),
+            )
+            sdk.install_relay(server, relay.handlers())
+            if http is None:
+                await sdk.serve_stdio(server)
+            else:
+                await serve_http(server, http)
+    finally:
+        journal.close()
+
+
+def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
+    """Claude Code shows a tool as mcp__<client>__<name> and rejects it over 64 characters."""
+    for name, length in too_long(pool.routes, client).items():
+        server = pool.routes[name].server
+        prefix = pool.servers[server].prefix
+        room = len(prefix) - (length - MAX_NAME_LENGTH)  # the longest prefix that fits
+        if room >= 1:
+            fix = f"set a prefix: of at most {room} characters on servers.{server}"
+        else:
+            fix = "even a one-letter prefix: is too long; the server has to rename the tool"
+        log.warning(
+            "tool %s will be %s in Claude Code: %d characters, over its limit of %d, so the "
+            "client rejects it; %s",
+            name,
+            client_tool_name(name, client),
+            length,
+            MAX_NAME_LENGTH,
+            fix,
+        )
+
+
+def _report_unknown(journal: JournalStore) -> None:
+    """Say at start-up which calls, of this or an earlier process, have no recorded outcome."""
+    unknown = journal.unknown_changes()
+    if unknown:
+        ids = ", ".join(str(change.id) for change in unknown[:50])
+        log.warning(
+            "%d journaled call(s) have an unknown outcome (the proxy stopped, or no answer "
+            "came); undo skips them, check their effect by hand: change ids %s",
+            len(unknown),
+            ids,
+        )
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        default=None,
+        help="the journal file (default: $COMPENSATOR_DB, else a file per config under "
+        "$XDG_STATE_HOME/mcp-compensator, i.e. ~/.local/state/mcp-compensator)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
+    )
+    parser.add_argument(
+        "--fsync",
+        action="store_true",
+        help="sync every journal commit to disk (SQLite synchronous=FULL), so that even a power "
+        "cut loses no journaled call; costs about 1 ms per mutating call. Without it, a "
+        "crashed or killed proxy still loses nothing",
+    )
+    parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio, to any "
+        "number of clients, which share one journal session (checkpoints and undo_to cover "
+        "every client's changes). HOST defaults to 127.0.0.1; any non-loopback address (e.g. "
+        "0.0.0.0) lets anyone who can reach the port call the tools, and prints a warning",
+    )
+    parser.add_argument(
+        "--client-name",
+        default=CLIENT_NAME,
+        help="the name your MCP client knows the proxy by, for the start-up warning about tool "
+        f"names over {MAX_NAME_LENGTH} characters as mcp__<name>__server__tool (default "
+        f"{CLIENT_NAME})",
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    log_to_stderr(str(args.log_level).upper())
+    http = None
+    if getattr(args, "http", None) is not None:
+        try:
+            http = listen(args.http)  # before anything starts: a bad value fails at once
+        except HttpError as exc:
+            print(f"compensator: {exc}", file=sys.stderr)
+            return exc.exit_code
+        warning = exposure_warning(http)
+        if warning is not None:
+            print(warning, file=sys.stderr, flush=True)
+    db = args.db if args.db is not None else default_journal_path(args.config)
+    try:
+        client_name = getattr(args, "client_name", CLIENT_NAME)
+        anyio.run(serve, args.config, db, args.fsync, http, client_name)
+    except CompensatorError as exc:
+        print(f"compensator: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if http is not None:
+            http.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compensator.proxy", description="Serve the compensator proxy over stdio."
+    )
+    add_serve_arguments(parser)
+    return run_serve(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

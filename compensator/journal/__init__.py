@@ -1,0 +1,29 @@
+"""The journal: what every mutating call was, what undo did about it, and the checkpoints
+between them.
+
+It owns the records (`records.py`), the `JournalStore` protocol that everything above the
+journal uses and `open_journal`, which picks a backend (`store.py`), and the backends: SQLite
+(`sqlite.py`). A new backend is one module implementing `JournalStore`, chosen in
+`open_journal`. It imports only compensator.errors: it knows nothing of MCP, YAML or the proxy.
+"""
+
+from __future__ import annotations
+
+from .records import Change, Checkpoint, Compensation, Status, StepStatus, latest_steps
+from .sqlite import SCHEMA_VERSION, SQLiteJournal, pid_alive
+from .store import JournalStore, default_journal_path, open_journal
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Change",
+    "Checkpoint",
+    "Compensation",
+    "JournalStore",
+    "SQLiteJournal",
+    "Status",
+    "StepStatus",
+    "default_journal_path",
+    "latest_steps",
+    "open_journal",
+    "pid_alive",
+]

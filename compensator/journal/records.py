@@ -1,0 +1,108 @@
+"""The journal's records: checkpoints, changes and the compensations run against them, with
+the statuses they go through. Plain frozen data: every store hands out the same records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Change", "Checkpoint", "Compensation", "Status", "StepStatus", "latest_steps"]
+
+
+class Status:
+    """Outcomes of a journaled call. Plain strings, so rows read back without mapping."""
+
+    PENDING = "pending"  # intent written, call forwarded, outcome not yet recorded
+    OK = "ok"
+    ERROR = "error"  # isError, or error_when matched: never compensated
+    UNKNOWN = "unknown"  # the outcome was never recorded (crash, timeout, cancellation)
+
+
+class StepStatus:
+    """Outcomes of a compensating call."""
+
+    STARTED = "started"  # recorded before the call is sent; left behind by a crash
+    OK = "ok"
+    ERROR = "error"  # failed for sure, or never sent: nothing happened
+    UNKNOWN = "unknown"  # sent, but no answer (timeout, server died, cancelled)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checkpoint:
+    """A moment to undo back to: every change after `last_change_id` (by the checkpoint's
+    session or the asking one) comes after it. Ids and `created_at` (ISO 8601, UTC) are
+    handed out by the store."""
+
+    id: int
+    label: str | None
+    created_at: str
+    last_change_id: int
+    session: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label, "created_at": self.created_at}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """One journaled call: its intent (tool, args, snapshot), its outcome, and whether it
+    was undone. `post_state` is what the drift check read right after the call."""
+
+    id: int
+    checkpoint_id: int | None
+    tool: str
+    classification: str
+    status: str
+    args: Any
+    snapshot: Any
+    snapshot_error: str | None
+    result: Any
+    error: str | None
+    created_at: str
+    completed_at: str | None
+    undone_at: str | None
+    undo_note: str | None
+    session: str | None = None
+    post_state: Any = None
+    post_state_error: str | None = None
+    post_state_recorded: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape `list_changes` and `undo_to` report."""
+        return {
+            "id": self.id,
+            "checkpoint": self.checkpoint_id,
+            "tool": self.tool,
+            "classification": self.classification,
+            "status": self.status,
+            "args": self.args,
+            "created_at": self.created_at,
+        }
+
+    def context(self) -> dict[str, Any]:
+        """What a template may read under `change`."""
+        return {**self.to_json(), "error": self.error}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compensation:
+    """One record of a compensating call (one step of a change's inverse); a step that was
+    retried has several, the newest last. `pid` is the process that started it."""
+
+    id: int
+    change_id: int
+    step: int
+    tool: str
+    args: Any
+    status: str
+    error: str | None
+    created_at: str
+    pid: int | None = None
+
+
+def latest_steps(records: list[Compensation]) -> dict[int, Compensation]:
+    """The newest record of each compensating step, by step index (`records` oldest first)."""
+    latest: dict[int, Compensation] = {}
+    for record in records:
+        latest[record.step] = record
+    return latest

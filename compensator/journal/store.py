@@ -1,0 +1,154 @@
+"""The seam every journal backend fills: `JournalStore`, and `open_journal`, which picks the
+backend for a journal's address."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from .records import Change, Checkpoint, Compensation
+from .sqlite import SQLiteJournal
+
+__all__ = ["JournalStore", "default_journal_path", "open_journal"]
+
+
+class JournalStore(Protocol):
+    """Where checkpoints, changes and compensations are kept.
+
+    Every method is one transaction of its own: a write is committed before the method
+    returns, or the method raises JournalError and nothing of it was written. A store hands out
+    the ids (increasing integers) and timestamps (ISO 8601 in UTC) of what it records, and its
+    errors are JournalError, never a driver's own. Several stores (processes, machines) may
+    share one journal: each is one *session*, and the writes that must not interleave between
+    them are single methods (`record_step_started` claims a step; `record_step_outcome`
+    settles a change together with its last step).
+    """
+
+    session: str
+    """This store's session: its checkpoints and changes record it (see `open_changes`)."""
+
+    @property
+    def location(self) -> str:
+        """Where the journal is, for a person: a file path, or a URL without its password."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def create_checkpoint(self, label: str | None) -> Checkpoint: ...
+
+    def checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Newest first."""
+        ...
+
+    # -- changes -------------------------------------------------------------------------
+
+    def record_intent(
+        self,
+        *,
+        tool: str,
+        classification: str,
+        args: Mapping[str, Any],
+        snapshot: Any = None,
+        snapshot_error: str | None = None,
+    ) -> int:
+        """Write the intent of a call (status pending) before it is forwarded; its change id.
+        The change belongs to this session's newest checkpoint."""
+        ...
+
+    def record_outcome(
+        self, change_id: int, *, status: str, result: Any = None, error: str | None = None
+    ) -> None: ...
+
+    def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
+        """The state read right after a verified call, which undo compares against (drift)."""
+        ...
+
+    def recover_abandoned(self) -> int:
+        """Mark the pending calls of sessions that are gone as `unknown`; how many."""
+        ...
+
+    def change(self, change_id: int) -> Change | None: ...
+
+    def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
+        """Changes not yet undone, newest first; with a checkpoint, only those after it made
+        by the session that took it or by this one."""
+        ...
+
+    def unknown_changes(self) -> list[Change]:
+        """Open changes whose outcome was never recorded, oldest first."""
+        ...
+
+    def all_changes(self) -> list[Change]:
+        """Every change, undone ones too, newest first."""
+        ...
+
+    # -- compensations -------------------------------------------------------------------
+
+    def compensations(self, change_id: int) -> list[Compensation]:
+        """Every record of the change's compensating calls, oldest first."""
+        ...
+
+    def record_step_started(
+        self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
+    ) -> int | None:
+        """Claim a compensating step before its call is sent; the new record's id. `after` is
+        the id of the step's newest record the caller saw (None: none). When another session
+        recorded the step since, nothing is written and None is returned."""
+        ...
+
+    def record_step_outcome(
+        self,
+        compensation_id: int,
+        *,
+        ok: bool,
+        result: Any = None,
+        error: str | None = None,
+        undone: tuple[int, str] | None = None,
+        in_doubt: bool = False,
+    ) -> None:
+        """A compensating call's outcome (`in_doubt`: it may have applied though it failed);
+        `undone=(change_id, note)` marks the change undone in the same transaction."""
+        ...
+
+    def mark_undone(self, change_id: int, note: str) -> None:
+        """Settle a change that needs no compensating call now."""
+        ...
+
+    def started_elsewhere(self, record: Compensation) -> bool:
+        """Whether `record` is a step that another live session started and has not finished:
+        then nobody else may run it."""
+        ...
+
+
+def open_journal(
+    target: str | os.PathLike[str],
+    *,
+    read_only: bool = False,
+    fsync: bool = False,
+) -> JournalStore:
+    """The journal at `target` (a file path: SQLite). `read_only` opens an existing journal
+    without ever writing it; `fsync` makes every commit durable against a power cut."""
+    return SQLiteJournal(target, read_only=read_only, fsync=fsync)
+
+
+def default_journal_path(config: str | os.PathLike[str]) -> Path:
+    """Where the journal of a registry lives when no --db is given.
+
+    `$COMPENSATOR_DB` when set; else one file per registry (named after the file and a hash of
+    its absolute path) under `$XDG_STATE_HOME/mcp-compensator`, which defaults to
+    `~/.local/state/mcp-compensator`.
+    """
+    explicit = os.environ.get("COMPENSATOR_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    config_path = Path(config).expanduser().resolve()
+    digest = hashlib.sha256(str(config_path).encode()).hexdigest()[:10]
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "mcp-compensator" / f"{config_path.stem}-{digest}.db"

@@ -1,0 +1,32 @@
+"""The proxy core: what happens around each tool call, and undo.
+
+It owns forwarding and journaling (`forwarding.py`), how a call is classified and judged
+(`calls.py`), the gate that keeps mutating calls and undo apart (`gate.py`), undo itself
+(`undo.py`) and the meta tools (`meta.py`). It imports the journal through `JournalStore`, the
+registry, and compensator.wire for the downstream servers; never compensator.cli.
+`python -m compensator.proxy` is `compensator serve` (`__main__.py`).
+"""
+
+from __future__ import annotations
+
+from .calls import Caller, CallOutcome, call_outcome, classify, observed_state, undo_caller
+from .forwarding import INSTRUCTIONS, Proxy
+from .gate import Gate
+from .meta import explain_tool
+from .undo import Progress, Undoer, UndoReport
+
+__all__ = [
+    "INSTRUCTIONS",
+    "CallOutcome",
+    "Caller",
+    "Gate",
+    "Progress",
+    "Proxy",
+    "UndoReport",
+    "Undoer",
+    "call_outcome",
+    "classify",
+    "explain_tool",
+    "observed_state",
+    "undo_caller",
+]

@@ -1,0 +1,229 @@
+"""The proxy: forwards tool calls, journals the mutating ones, and serves the meta tools."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import mcp.types as types
+
+from ..classification import Classification
+from ..errors import CompensatorError, DownstreamError, MetaArgumentError
+from ..journal import JournalStore, Status
+from ..registry import Registry, ToolPolicy, redact
+from ..wire import DownstreamPool, RoutedTool
+from . import meta
+from .calls import CallOutcome, call_outcome, classify, observed_state, undo_caller
+from .gate import Gate
+from .undo import Undoer
+
+__all__ = ["INSTRUCTIONS", "Proxy", "error_result", "json_result"]
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "Every tool of the servers behind this proxy is available as server__tool. Mutating calls "
+    "are journaled. Call `checkpoint` before risky work, `explain_blast_radius` before a tool "
+    "whose effect you are unsure of, and `undo_to` to put things back."
+)
+
+_META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
+
+
+def json_result(value: Any) -> types.CallToolResult:
+    text = json.dumps(value, ensure_ascii=False, indent=2)
+    return types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": text}], "structuredContent": value}
+    )
+
+
+def error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult.model_validate(
+        {"content": [{"type": "text", "text": message}], "isError": True}
+    )
+
+
+class Proxy:
+    """Routes `server__tool` calls downstream and answers the meta tools itself."""
+
+    def __init__(self, registry: Registry, journal: JournalStore, pool: DownstreamPool) -> None:
+        self.registry = registry
+        self.journal = journal
+        self.pool = pool
+        self._gate = Gate()
+        self._undoer = Undoer(journal, registry, undo_caller(registry, pool))
+        self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
+            "checkpoint": self._checkpoint,
+            "list_checkpoints": self._list_checkpoints,
+            "list_changes": self._list_changes,
+            "undo_to": self._undo_to,
+            "explain_blast_radius": self._explain,
+        }
+
+    # -- the two handlers the server exposes -----------------------------------------
+
+    async def list_tools(self, cursor: str | None) -> types.ListToolsResult:
+        tools = [routed.exposed() for routed in self.pool.routes.values()]
+        return types.ListToolsResult(tools=[*tools, *_META_TOOLS])
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        handler = self._meta.get(name)
+        if handler is not None:
+            return await self._call_meta(name, handler, arguments)
+        routed = self.pool.route(name)
+        if routed is None:
+            return error_result(self.pool.missing_reason(name))
+        classification = self.classify(name, arguments)
+        if not classification.journaled:
+            return await self._forward_read(name, arguments)
+        async with self._gate.shared():
+            return await self._forward_mutating(routed, classification, arguments)
+
+    # -- classification --------------------------------------------------------------
+
+    def classify(self, name: str, arguments: Mapping[str, Any] | None = None) -> Classification:
+        """How a call to `name` with `arguments` is treated; `arguments=None` ignores
+        `mutating_when` (the tool's classification in general)."""
+        return classify(self.registry, self.pool, name, arguments)
+
+    # -- forwarding --------------------------------------------------------------------
+
+    async def _forward_read(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            return await self.pool.call(name, arguments)
+        except DownstreamError as exc:
+            return error_result(str(exc))
+
+    async def _forward_mutating(
+        self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        problem = await self.pool.ensure_running(routed.server)
+        if problem is not None:
+            # Nothing was sent, so nothing happened and nothing is journaled.
+            return error_result(problem)
+        policy = self.registry.policy(routed.name)
+        hidden = policy.redact if policy is not None else ()
+        snapshot, snapshot_error = await self._snapshot(policy, arguments)
+        change_id = self.journal.record_intent(
+            tool=routed.name,
+            classification=classification.value,
+            args=redact(arguments, "args", hidden),
+            snapshot=snapshot,
+            snapshot_error=snapshot_error,
+        )
+        try:
+            result = await self.pool.call(routed.name, arguments)
+        except DownstreamError as exc:
+            return self._failed_in_transport(change_id, exc)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                self.journal.record_outcome(
+                    change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
+                )
+            raise
+        outcome = self.outcome(routed.name, arguments, result)
+        status = Status.OK if outcome.ok else Status.ERROR
+        self.journal.record_outcome(
+            change_id,
+            status=status,
+            result=redact(outcome.value, "result", hidden),
+            error=outcome.error,
+        )
+        if outcome.ok and policy is not None and policy.verify:
+            await self._record_post_state(change_id, policy, arguments, outcome.value)
+        return result
+
+    def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
+        """A call that got no answer: `unknown` when it may have reached the server."""
+        if exc.maybe_applied:
+            self.journal.record_outcome(change_id, status=Status.UNKNOWN, error=str(exc))
+            return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
+        self.journal.record_outcome(change_id, status=Status.ERROR, error=str(exc))
+        return error_result(f"{exc} (the call was not sent; nothing changed)")
+
+    async def _record_post_state(
+        self, change_id: int, policy: ToolPolicy, arguments: dict[str, Any], value: Any
+    ) -> None:
+        """Read the state again after a verified call (`value` is its result), for undo's
+        drift check, which repeats the same read."""
+        assert policy.verify_tool is not None
+        context = {"args": arguments, "result": redact(value, "result", policy.redact)}
+        try:
+            args = policy.verify_args.render(context) if policy.verify_args else {}
+            result = await self.pool.call(policy.verify_tool, args)
+        except (CompensatorError, ValueError, TypeError) as exc:
+            self.journal.record_post_state(change_id, None, f"reading the state failed: {exc}")
+            return
+        outcome = self.outcome(policy.verify_tool, args, result)
+        state = observed_state(outcome)
+        error = None if state is not None else outcome.error or "the read returned nothing"
+        self.journal.record_post_state(change_id, state, error)
+
+    async def _snapshot(
+        self, policy: ToolPolicy | None, arguments: dict[str, Any]
+    ) -> tuple[Any, str | None]:
+        if policy is None or not policy.classification.snapshot:
+            return None, None
+        return await self._read(policy, arguments)
+
+    async def _read(self, policy: ToolPolicy, arguments: dict[str, Any]) -> tuple[Any, str | None]:
+        """Call the policy's snapshot tool: (value, None), or (None, why it failed)."""
+        assert policy.snapshot_tool is not None
+        context = {"args": arguments}
+        try:
+            snapshot_args = policy.snapshot_args.render(context) if policy.snapshot_args else {}
+            result = await self.pool.call(policy.snapshot_tool, snapshot_args)
+        except (CompensatorError, ValueError, TypeError) as exc:
+            log.warning("snapshot for %s failed: %s", policy.name, exc)
+            return None, f"snapshot failed: {exc}"
+        outcome = self.outcome(policy.snapshot_tool, snapshot_args, result)
+        return (outcome.value, None) if outcome.ok else (None, outcome.error)
+
+    def outcome(
+        self, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
+    ) -> CallOutcome:
+        """Parse a result and decide whether the call worked (isError, then `error_when`)."""
+        return call_outcome(self.registry, name, arguments, result)
+
+    # -- meta tools --------------------------------------------------------------------
+
+    async def _call_meta(
+        self,
+        name: str,
+        handler: Callable[[Mapping[str, Any]], Awaitable[Any]],
+        arguments: Mapping[str, Any],
+    ) -> types.CallToolResult:
+        try:
+            return json_result(await handler(arguments))
+        except MetaArgumentError as exc:
+            return error_result(str(exc))
+
+    async def _checkpoint(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        label = meta.parse_checkpoint(args)
+        return {"checkpoint_id": self.journal.create_checkpoint(label).id}
+
+    async def _list_checkpoints(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        meta.parse_list_checkpoints(args)
+        return {"checkpoints": [cp.to_json() for cp in self.journal.checkpoints()]}
+
+    async def _list_changes(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        checkpoint_id = meta.parse_list_changes(args)
+        checkpoint = None
+        if checkpoint_id is not None:
+            checkpoint = self.journal.checkpoint(checkpoint_id)
+            if checkpoint is None:
+                raise MetaArgumentError(self._undoer.unknown_checkpoint(checkpoint_id))
+        changes = self.journal.open_changes(checkpoint)
+        return {"changes": [change.to_json() for change in changes]}
+
+    async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        checkpoint_id, dry_run, force = meta.parse_undo_to(args)
+        async with self._gate.exclusive():
+            report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run, force=force)
+        return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
+
+    async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return meta.explain_tool(self.registry, self.pool, meta.parse_explain(args))

@@ -1,0 +1,51 @@
+"""The registry: a YAML file naming the downstream servers, the state probes, and how to undo
+each tool.
+
+It owns the model (frozen records), the loader with its file:line:key errors, line-numbered
+YAML, JMESPath expressions and templates, `${VAR}` expansion, redaction, and the lint against
+the tools a server really offers. It imports only compensator.errors, .classification and
+.names: it knows nothing of MCP, the journal or the proxy.
+"""
+
+from __future__ import annotations
+
+from ..classification import Classification
+from .expressions import CONTEXT_NAMES, Expression, Template, compile_expression, compile_template
+from .loader import load_registry, parse_registry
+from .model import (
+    Defaults,
+    InverseStep,
+    RedactPath,
+    Registry,
+    ResetCall,
+    ServerSpec,
+    StateProbe,
+    TestSpec,
+    ToolPolicy,
+)
+from .redaction import REDACTED, redact
+from .variables import Concealer, registry_environment
+
+__all__ = [
+    "CONTEXT_NAMES",
+    "REDACTED",
+    "Classification",
+    "Concealer",
+    "Defaults",
+    "Expression",
+    "InverseStep",
+    "RedactPath",
+    "Registry",
+    "ResetCall",
+    "ServerSpec",
+    "StateProbe",
+    "Template",
+    "TestSpec",
+    "ToolPolicy",
+    "compile_expression",
+    "compile_template",
+    "load_registry",
+    "parse_registry",
+    "redact",
+    "registry_environment",
+]

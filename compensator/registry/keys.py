@@ -1,0 +1,55 @@
+"""Every key a registry file may hold, by where it stands. The loader refuses any other key
+(with a "did you mean"), so a new key starts here."""
+
+from __future__ import annotations
+
+__all__ = [
+    "COMMAND_ONLY",
+    "DEFAULTS",
+    "POLICY",
+    "RESET",
+    "SERVER",
+    "STATE",
+    "STEP",
+    "TEST",
+    "TOP",
+    "UNDO",
+    "VERIFY",
+]
+
+TOP = ("servers", "defaults", "state", "reset", "tools")
+SERVER = (
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "call_timeout",
+    "startup_timeout",
+    "url",
+    "headers",
+    "prefix",
+)
+COMMAND_ONLY = ("args", "env", "cwd")
+"""Server keys that only a server started with `command:` can use (not a `url:` one)."""
+DEFAULTS = ("trust_read_only_hint", "verify")
+STATE = ("tool", "args", "select", "unordered")
+RESET = ("tool", "args")
+POLICY = (
+    "classification",
+    "inverse_tool",
+    "inverse_args",
+    "snapshot_tool",
+    "snapshot_args",
+    "inverse",
+    "error_when",
+    "mutating_when",
+    "test",
+    "verify",
+    "idempotent",
+    "redact",
+)
+UNDO = ("inverse_tool", "inverse_args", "inverse", "snapshot_tool", "snapshot_args")
+"""Policy keys that only an undoable tool can use."""
+STEP = ("tool", "args", "when")
+VERIFY = ("tool", "args")
+TEST = ("schema", "examples")

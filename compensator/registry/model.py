@@ -1,0 +1,175 @@
+"""The registry as loaded: frozen records of servers, state probes and per-tool policies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..classification import Classification
+from .expressions import Expression, Template
+
+__all__ = [
+    "Defaults",
+    "InverseStep",
+    "RedactPath",
+    "Registry",
+    "ResetCall",
+    "ServerSpec",
+    "StateProbe",
+    "TestSpec",
+    "ToolPolicy",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSpec:
+    """How to start one downstream server."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+    line: int
+    call_timeout: float | None = None
+    """Seconds a call may take before it is abandoned (its effect then unknown); None: no limit."""
+    startup_timeout: float | None = None
+    """Seconds to spawn, initialize and list tools; None: the pool's (or CLI's) default."""
+    expanded: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """The `${NAME}` values this entry expanded, so messages can hide them again."""
+    url: str | None = None
+    """A streamable HTTP endpoint to connect to instead of starting `command` (then empty)."""
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    """HTTP headers sent with every request to `url`, `${NAME}` expanded."""
+    prefix: str | None = None
+    """Replaces `name` in the exposed tool names: `prefix__tool`."""
+
+    @property
+    def exposed_prefix(self) -> str:
+        """What exposed tool names of this server start with (before `__`)."""
+        return self.prefix or self.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateProbe:
+    """A read-only call whose (selected) result describes the world's state."""
+
+    tool: str
+    args: Template
+    select: Expression | None
+    unordered: bool
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResetCall:
+    """A call that puts a server back to its empty state (used by the pytest plugin)."""
+
+    tool: str
+    args: Template
+    line: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class InverseStep:
+    """One call of an inverse, skipped when `when` is given and falsy."""
+
+    tool: str
+    args: Template
+    when: Expression | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestSpec:
+    """Hints for generated tests: an input JSON Schema and example arguments."""
+
+    __test__ = False
+
+    schema: Mapping[str, Any] | None
+    examples: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolPolicy:
+    """What the proxy does around calls to one downstream tool."""
+
+    name: str
+    classification: Classification
+    snapshot_tool: str | None
+    snapshot_args: Template | None
+    inverse: tuple[InverseStep, ...]
+    error_when: Expression | None
+    mutating_when: Expression | None
+    test: TestSpec | None
+    line: int
+    verify_tool: str | None = None
+    """The read the drift check repeats (with `verify_args`): `verify: {tool, args}`, else
+    the tool's snapshot_tool and snapshot_args; None when verify is off."""
+    verify_args: Template | None = None
+    idempotent: bool = False
+    redact: tuple[RedactPath, ...] = ()
+
+    @property
+    def verify(self) -> bool:
+        """Whether undo checks this tool's changes for drift."""
+        return self.verify_tool is not None
+
+    @property
+    def verify_names_its_read(self) -> bool:
+        """`verify: {tool, args}`, rather than `verify: true` repeating the snapshot read."""
+        return self.verify_tool is not None and self.verify_args is not self.snapshot_args
+
+    def step_expressions(self) -> list[Expression]:
+        """Every expression of the inverse: each step's args, then its `when`."""
+        found: list[Expression] = []
+        for step in self.inverse:
+            found.extend(step.args.expressions())
+            if step.when is not None:
+                found.append(step.when)
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedactPath:
+    """A path into a call's args or result whose value is never stored, e.g. `args.password`.
+
+    `parts` are field names, `"*"` for every item of a list, or ints for one item."""
+
+    source: str
+    root: str
+    parts: tuple[str | int, ...]
+
+    def fields(self) -> tuple[str, ...]:
+        """The leading field names, up to the first list step: what a template could read."""
+        leading: list[str] = [self.root]
+        for part in self.parts:
+            if not isinstance(part, str) or part == "*":
+                break
+            leading.append(part)
+        return tuple(leading)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Defaults:
+    """Registry-wide settings."""
+
+    trust_read_only_hint: bool = False
+    verify: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registry:
+    """A loaded, validated registry file."""
+
+    path: Path
+    servers: Mapping[str, ServerSpec]
+    state: tuple[StateProbe, ...]
+    tools: Mapping[str, ToolPolicy]
+    defaults: Defaults
+    reset: tuple[ResetCall, ...] = ()
+
+    def policy(self, tool: str) -> ToolPolicy | None:
+        """The policy for `tool` (as `server__tool`), or None when it has no entry."""
+        return self.tools.get(tool)

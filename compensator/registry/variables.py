@@ -1,0 +1,83 @@
+"""`${VAR}` references in a registry: the environment they expand from, the expansion, and
+the concealment that puts the references back into messages.
+
+A registry passes tokens and passwords to its servers as `${VAR}` in `command`, `args`, `env`,
+`cwd`, `url` and `headers`. Once expanded, an operating-system error (a command not found,
+say) quotes them; `Concealer` puts the reference back, so a message reads
+`.../${API_TOKEN}/server` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+from ..errors import CompensatorError
+
+__all__ = ["Concealer", "VariableError", "expand", "registry_environment"]
+
+MIN_LENGTH = 4
+"""Shorter values (`1`, `on`, `.`) are never concealed: replacing them would garble every
+message."""
+
+_REFERENCE = re.compile(r"\$(?:(\$)|\{([^}]*)\}|(\{))")
+_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.S)
+_FIX = "Write ${NAME} or ${NAME:-default}, and $$ for a literal $"
+
+
+class VariableError(CompensatorError, ValueError):
+    """A reference that cannot be expanded; the loader adds where it stands."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}. {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+def registry_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What `${VAR}` expand from: this process's environment, with COMPENSATOR_PYTHON (the
+    interpreter running it, so a Python server can share its packages) unless set, and
+    `extra` on top."""
+    return {"COMPENSATOR_PYTHON": sys.executable, **os.environ, **(extra or {})}
+
+
+def expand(text: str, environ: Mapping[str, str], used: dict[str, str]) -> str:
+    """`text` with `${NAME}` and `${NAME:-default}` replaced from `environ` (the default also
+    applies to an empty value) and `$$` by `$`. Each value taken is added to `used`, so that
+    messages can conceal it later. Raises VariableError."""
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(1):
+            return "$"
+        body = _BODY.fullmatch(match.group(2) or "")
+        if match.group(3) or body is None:
+            raise VariableError("malformed ${...} reference", f"{_FIX}.")
+        name, default = body.groups()
+        value = environ.get(name)
+        if value or (value is not None and default is None):
+            used[name] = value
+            return value
+        if default is not None:
+            return default
+        fix = f"Export it before starting (export {name}=...) or write ${{{name}:-default}}."
+        raise VariableError(f"environment variable {name} is not set", fix)
+
+    return _REFERENCE.sub(substitute, text)
+
+
+class Concealer:
+    """Replaces each known value in a text by its `${NAME}`, longest values first."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        kept = {name: value for name, value in values.items() if len(value) >= MIN_LENGTH}
+        self._pairs = sorted(kept.items(), key=lambda pair: -len(pair[1]))
+
+    def __call__(self, text: str) -> str:
+        for name, value in self._pairs:
+            text = text.replace(value, f"${{{name}}}")
+        return text
+
+    def __bool__(self) -> bool:
+        return bool(self._pairs)
