@@ -27,6 +27,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[_SETTINGS] = resolve(config)
     if settings.config is not None:
         _check_registry(settings.config)
+        _collect_registry(config, settings.config)
 
 
 def _check_registry(path: Path) -> None:
@@ -42,6 +43,14 @@ def _check_registry(path: Path) -> None:
         load_registry(path, example_environment(path.parent))
     except CompensatorError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _collect_registry(config: pytest.Config, path: Path) -> None:
+    """Make the registry one more path to collect, wherever it lies (`pytest_collect_file`
+    turns it into a RegistryFile), unless it is among the arguments already."""
+    given = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
+    if path not in (candidate.resolve() for candidate in given):
+        config.args.append(str(path))
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -66,24 +75,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(
-    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    s = _settings(config)
-    if s.config is None:
-        return
-    if not s.config.is_file():
-        raise pytest.UsageError(f"--compensator-config: no such file: {s.config}")
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    s = _settings(parent.config)
+    if s.config is None or file_path != s.config:
+        return None
     from .items import RegistryFile
 
-    node = RegistryFile.from_parent(session, path=s.config, settings=s, coverage=_coverage(config))
-    generated = list(node.collect())
-    items[:0] = generated
-    result: list[pytest.Item | pytest.Collector] = [*generated]
-    session.ihook.pytest_collectreport(
-        report=pytest.CollectReport(node.nodeid, "passed", None, result)
+    coverage = _coverage(parent.config)
+    node: pytest.Collector = RegistryFile.from_parent(
+        parent, path=file_path, settings=s, coverage=coverage
     )
+    return node
 
 
 @pytest.hookimpl(optionalhook=True)
