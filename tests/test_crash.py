@@ -42,6 +42,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from compensator.journal import pid_alive
 from pytest_compensator.client import ProxyClient
 from tests.faults import tally
 
@@ -197,22 +198,9 @@ class Rig:
         return path.read_text().splitlines()[-lines:] if path.exists() else []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # an orphan not yet reaped is a zombie: as good as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 async def wait_gone(pid: int, what: str) -> None:
     with anyio.move_on_after(15):
-        while _alive(pid):
+        while pid_alive(pid):
             await anyio.sleep(0.02)
         return
     raise AssertionError(f"{what} (pid {pid}) still runs 15 s after its proxy was killed")

@@ -101,14 +101,18 @@ def _create_private(path: Path) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine."""
+    """Whether a process with this id runs on this machine. A zombie (exited, not yet reaped
+    by its parent) does not: it will never finish what it started."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: the state is the first field after the command name in parentheses
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class SQLiteJournal:
