@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 from mcp import StdioServerParameters  # noqa: E402
 
 from benchmarks.overhead import SERVER, connect  # noqa: E402
-from compensator.journal import Journal, Status  # noqa: E402
+from compensator.journal import Intent, Status, open_journal  # noqa: E402
 from pytest_compensator.client import launch_proxy  # noqa: E402
 
 CONFIG = HERE / "bench.yaml"
@@ -66,13 +66,13 @@ async def undo_cost(changes: int, tmp: Path) -> None:
 
 
 def fill_journal(path: Path, rows: int) -> None:
-    journal = Journal(path)
+    journal = open_journal(path)
     journal._db.execute("PRAGMA synchronous=OFF")  # generation only; the proxy reopens it
     for index in range(rows):
         if index % 100 == 0:
             journal.create_checkpoint(f"cp {index}")
         change = journal.record_intent(
-            tool="bench__bump", classification="reversible", args={"by": 1}
+            Intent(tool="bench__bump", classification="reversible", args={"by": 1})
         )
         journal.record_outcome(change, status=Status.OK, result={"value": index})
     journal.close()

@@ -28,27 +28,8 @@ class Classification(str, enum.Enum):
 
     @property
     def behaviour(self) -> Behaviour:
+        """What the classification means to the proxy, undo, explanations and the plugin."""
         return _BEHAVIOURS[self]
-
-    @property
-    def journaled(self) -> bool:
-        """The intent of a call is written before it is forwarded (else only forwarded)."""
-        return self.behaviour.journaled
-
-    @property
-    def undoable(self) -> bool:
-        """`undo_to` compensates its calls, so its registry entry needs an inverse."""
-        return self.behaviour.undoable
-
-    @property
-    def snapshot(self) -> bool:
-        """The proxy reads the state with the entry's `snapshot_tool` just before each call."""
-        return self.behaviour.snapshot
-
-    @property
-    def in_registry(self) -> bool:
-        """A registry may write it as `classification:`."""
-        return self.behaviour.in_registry
 
     @classmethod
     def named(cls, value: str) -> Classification:
@@ -62,7 +43,7 @@ class Classification(str, enum.Enum):
     @classmethod
     def writable(cls) -> tuple[Classification, ...]:
         """The classifications a registry may write, in declaration order."""
-        return tuple(kind for kind in cls if kind.in_registry)
+        return tuple(kind for kind in cls if kind.behaviour.in_registry)
 
     def refusal(self, tool: str) -> str:
         """Why undo does not compensate a journaled call of `tool` (not undoable only)."""
@@ -91,9 +72,13 @@ class Behaviour:
     """The facts about one classification that the rest of the package acts on."""
 
     journaled: bool
+    """The intent of a call is written before it is forwarded (else only forwarded)."""
     undoable: bool
+    """`undo_to` compensates its calls, so its registry entry needs an inverse."""
     snapshot: bool
+    """The proxy reads the state with the entry's `snapshot_tool` just before each call."""
     in_registry: bool
+    """A registry may write it as `classification:` (unknown is the absence of an entry)."""
     exercised: bool
     """The pytest plugin calls such a tool in round trips and state-machine rules."""
     builds_state: bool

@@ -18,8 +18,8 @@ import anyio
 import pytest
 
 from compensator.cli.terminal import Cell, Column, Rule, Styler, confirm, render_table, wants_colour
+from compensator.journal import Intent, Status, default_journal_path
 from compensator.journal import SQLiteJournal as Journal
-from compensator.journal import Status, default_journal_path
 
 from .conftest import by_id
 
@@ -168,7 +168,9 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(tmp_path: Path):
     pty = pytest.importorskip("pty")
     db = tmp_path / "j.db"
     journal = Journal(db)
-    change = journal.record_intent(tool="tasks__add_task", classification="reversible", args={})
+    change = journal.record_intent(
+        Intent(tool="tasks__add_task", classification="reversible", args={})
+    )
     journal.record_outcome(change, status=Status.OK)
     journal.close()
 

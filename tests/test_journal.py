@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from compensator.errors import JournalError
-from compensator.journal import SCHEMA_VERSION, Status, default_journal_path
+from compensator.journal import (
+    SCHEMA_VERSION,
+    Intent,
+    Status,
+    StepOutcome,
+    StepStatus,
+    default_journal_path,
+)
 from compensator.journal import SQLiteJournal as Journal
 
 
@@ -56,10 +63,10 @@ def test_newer_schema_is_refused_with_advice(tmp_path: Path, read_only: bool):
 
 def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
     journal = open_journal(tmp_path / "j.db")
-    early = journal.record_intent(tool="s__a", classification="reversible", args={"n": 1})
+    early = journal.record_intent(Intent(tool="s__a", classification="reversible", args={"n": 1}))
     journal.record_outcome(early, status=Status.OK, result={"id": 1})
     cp = journal.create_checkpoint("cp")
-    late = journal.record_intent(tool="s__b", classification="compensable", args={"n": 2})
+    late = journal.record_intent(Intent(tool="s__b", classification="compensable", args={"n": 2}))
     assert [c.id for c in journal.open_changes()] == [late, early]
     assert [c.id for c in journal.open_changes(cp)] == [late]
     assert journal.change(late).checkpoint_id == cp.id
@@ -69,11 +76,13 @@ def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
 
 def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
     journal = open_journal(tmp_path / "j.db")
-    change = journal.record_intent(tool="s__a", classification="reversible", args={})
+    change = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     step = journal.record_step_started(change, 0, "s__undo", {"id": 1})
     assert [c.status for c in journal.compensations(change)] == ["started"]
     assert journal.open_changes()[0].id == change  # started is not done
-    journal.record_step_outcome(step, ok=True, result={}, undone=(change, "compensated"))
+    journal.record_step_outcome(
+        step, StepOutcome(status=StepStatus.OK, result={}), undone=(change, "compensated")
+    )
     assert journal.open_changes() == []
     assert journal.change(change).undo_note == "compensated"
     assert [c.status for c in journal.compensations(change)] == ["ok"]
@@ -82,14 +91,14 @@ def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
 def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_journal):
     path = tmp_path / "j.db"
     journal = open_journal(path)
-    mine = journal.record_intent(tool="s__a", classification="reversible", args={})
+    mine = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,
         check=True,
     )
-    orphan = journal.record_intent(tool="s__b", classification="reversible", args={})
+    orphan = journal.record_intent(Intent(tool="s__b", classification="reversible", args={}))
     db = raw(path)
     db.execute("UPDATE changes SET pid = ? WHERE id = ?", (int(dead.stdout), orphan))
     db.close()
@@ -136,7 +145,7 @@ def test_read_only_never_creates_a_journal(tmp_path: Path):
 def test_read_only_sees_a_live_writer_and_changes_nothing(tmp_path: Path, open_journal):
     path = tmp_path / "j.db"
     writer = open_journal(path)
-    orphan = writer.record_intent(tool="s__a", classification="reversible", args={})
+    orphan = writer.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     db = raw(path)
     db.execute("UPDATE changes SET pid = ? WHERE id = ?", (2**22 + 12345, orphan))
     db.close()
@@ -144,7 +153,7 @@ def test_read_only_sees_a_live_writer_and_changes_nothing(tmp_path: Path, open_j
     try:
         # No recovery on a read-only open: the abandoned call is left for the proxy to settle.
         assert reader.change(orphan).status == Status.PENDING
-        later = writer.record_intent(tool="s__b", classification="reversible", args={})
+        later = writer.record_intent(Intent(tool="s__b", classification="reversible", args={}))
         assert [c.id for c in reader.open_changes()] == [later, orphan]
         with pytest.raises(JournalError, match="readonly"):
             reader.create_checkpoint("nope")
@@ -165,10 +174,10 @@ def test_fsync_chooses_full_synchronous_and_the_default_is_normal(tmp_path, open
 
 KILL_AFTER_INTENT = """
 import os, signal, sys
-from compensator.journal import open_journal
+from compensator.journal import Intent, open_journal
 journal = open_journal(sys.argv[1])
 for n in range(int(sys.argv[2])):
-    journal.record_intent(tool="t__x", classification="reversible", args={"n": n})
+    journal.record_intent(Intent(tool="t__x", classification="reversible", args={"n": n}))
 os.kill(os.getpid(), signal.SIGKILL)
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from compensator.journal import SCHEMA_VERSION, Status
+from compensator.journal import SCHEMA_VERSION, Intent, Status
 from compensator.journal import SQLiteJournal as Journal
 from compensator.proxy import CallOutcome, Undoer
 from compensator.registry import parse_registry
@@ -74,7 +74,7 @@ def setup(tmp_path: Path, *, verify: bool = False, idempotent: bool = False):
     journal = opened(Journal(tmp_path / "j.db"))
     cp = journal.create_checkpoint(None)
     change = journal.record_intent(
-        tool="s__put", classification="compensable", args={"key": "k"}, snapshot="before"
+        Intent(tool="s__put", classification="compensable", args={"key": "k"}, snapshot="before")
     )
     journal.record_outcome(change, status=Status.OK, result={})
     if verify:

@@ -17,6 +17,7 @@ from ..names import CLIENT_NAME, MAX_NAME_LENGTH
 from ..registry import Registry, load_registry, registry_environment
 from ..registry.lint import Finding, LiveTool, LiveView, lint, locate, summary
 from ..wire import STARTUP_TIMEOUT, DownstreamPool, RoutedTool, sdk
+from .common import plural
 from .terminal import add_startup_timeout, log_to_stderr
 
 __all__ = ["add_check_arguments", "observe", "run_check"]
@@ -46,10 +47,6 @@ def _live_tool(routed: RoutedTool) -> LiveTool:
     )
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
 def render_table(findings: list[Finding], path: Path) -> str:
     """A plain-text table (severity, tool, problem) and a one-line summary."""
     errors, warnings = summary(findings)
@@ -62,7 +59,7 @@ def render_table(findings: list[Finding], path: Path) -> str:
         lines.append("")
     else:
         lines.extend(["No problems found.", ""])
-    lines.append(f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}")
+    lines.append(f"{plural(errors, 'error')}, {plural(warnings, 'warning')}")
     return "\n".join(lines)
 
 

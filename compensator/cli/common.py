@@ -3,6 +3,7 @@ checkpoints read to a person."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +12,27 @@ from typing import Any
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, default_journal_path
 
-__all__ = ["checkpoint_title", "compact", "journal_path", "local_time", "no_such_checkpoint"]
+__all__ = [
+    "add_registry_arguments",
+    "checkpoint_title",
+    "compact",
+    "journal_path",
+    "local_time",
+    "no_such_checkpoint",
+    "plural",
+]
+
+
+def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> None:
+    """`--config REGISTRY` (required) and `--db JOURNAL`, as the subcommands that act on a
+    registry's journal take them."""
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument("--db", type=Path, default=None, help=db_help)
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 change`, `2 changes`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def journal_path(db: Path | None, config: Path | None) -> Path:

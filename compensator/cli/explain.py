@@ -86,9 +86,9 @@ def render_explanation(explained: Mapping[str, Any], *, width: int, style: Style
 def _tone(kind: Classification) -> str:
     """Green when undo covers the tool (nothing to undo, or undoable), red when the registry
     says it cannot be undone, yellow when nobody said (unknown)."""
-    if kind.undoable or not kind.journaled:
+    if kind.behaviour.undoable or not kind.behaviour.journaled:
         return "green"
-    return "red" if kind.in_registry else "yellow"
+    return "red" if kind.behaviour.in_registry else "yellow"
 
 
 def _field(label: str, value: str, width: int) -> list[str]:

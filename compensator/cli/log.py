@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CompensatorError
 from ..journal import Change, Checkpoint, JournalStore, Status, open_journal
-from .common import checkpoint_title, compact, journal_path, local_time, no_such_checkpoint
+from .common import checkpoint_title, compact, journal_path, local_time, no_such_checkpoint, plural
 from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
 __all__ = ["LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
@@ -125,16 +125,12 @@ def _row(entry: Checkpoint | Change, style: Styler, width: int) -> Sequence[str 
 def _hidden(listing: Listing) -> str:
     parts = []
     if listing.hidden_undone:
-        parts.append(_plural(listing.hidden_undone, "undone change"))
+        parts.append(plural(listing.hidden_undone, "undone change"))
     if listing.hidden_failed:
-        parts.append(_plural(listing.hidden_failed, "failed call"))
+        parts.append(plural(listing.hidden_failed, "failed call"))
     if not parts:
         return ""
     return f"{' and '.join(parts)} not shown; --all shows them."
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def render_json(listing: Listing) -> str:
@@ -149,14 +145,12 @@ def render_json(listing: Listing) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False, default=str)
 
 
+_JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note")
+"""What `log --json` shows of a change beyond what `list_changes` does."""
+
+
 def _change_json(change: Change) -> dict[str, Any]:
-    return {
-        **change.to_json(),
-        "error": change.error,
-        "completed_at": change.completed_at,
-        "undone_at": change.undone_at,
-        "undo_note": change.undo_note,
-    }
+    return {**change.to_json(), **{name: getattr(change, name) for name in _JSON_EXTRAS}}
 
 
 # -- command line -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..proxy import INSTRUCTIONS, Proxy
 from ..registry import load_registry, registry_environment
 from ..wire import Catalog, DownstreamPool, Relay, sdk
 from ..wire.http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
+from .common import add_registry_arguments
 from .terminal import log_to_stderr
 
 __all__ = ["add_serve_arguments", "main", "run_serve", "serve"]
@@ -110,12 +111,9 @@ def _report_unknown(journal: JournalStore) -> None:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
-    parser.add_argument(
-        "--db",
-        type=Path,
-        default=None,
-        help="the journal file (default: $COMPENSATOR_DB, else a file per config under "
+    add_registry_arguments(
+        parser,
+        db_help="the journal file (default: $COMPENSATOR_DB, else a file per config under "
         "$XDG_STATE_HOME/mcp-compensator, i.e. ~/.local/state/mcp-compensator)",
     )
     parser.add_argument(

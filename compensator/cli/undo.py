@@ -20,7 +20,13 @@ from ..journal import Checkpoint, JournalStore, open_journal
 from ..proxy import CallOutcome, Progress, Undoer, UndoReport, undo_caller
 from ..registry import Registry, load_registry, registry_environment
 from ..wire import STARTUP_TIMEOUT, DownstreamPool
-from .common import checkpoint_title, compact, journal_path, no_such_checkpoint
+from .common import (
+    add_registry_arguments,
+    checkpoint_title,
+    compact,
+    journal_path,
+    no_such_checkpoint,
+)
 from .terminal import (
     Cell,
     Column,
@@ -182,10 +188,7 @@ stdin is not a terminal.
 
 
 def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
-    parser.add_argument(
-        "--db", type=Path, default=None, help="the journal file (default: as `serve` finds it)"
-    )
+    add_registry_arguments(parser, db_help="the journal file (default: as `serve` finds it)")
     parser.add_argument(
         "--to", required=True, type=int, metavar="N", help="undo every change after checkpoint N"
     )

@@ -9,7 +9,16 @@ journal uses and `open_journal`, which picks a backend (`store.py`), and the bac
 
 from __future__ import annotations
 
-from .records import Change, Checkpoint, Compensation, Status, StepStatus, latest_steps
+from .records import (
+    Change,
+    Checkpoint,
+    Compensation,
+    Intent,
+    Status,
+    StepOutcome,
+    StepStatus,
+    latest_steps,
+)
 from .sqlite import SCHEMA_VERSION, SQLiteJournal, pid_alive
 from .store import JournalStore, default_journal_path, open_journal
 
@@ -18,9 +27,11 @@ __all__ = [
     "Change",
     "Checkpoint",
     "Compensation",
+    "Intent",
     "JournalStore",
     "SQLiteJournal",
     "Status",
+    "StepOutcome",
     "StepStatus",
     "default_journal_path",
     "latest_steps",

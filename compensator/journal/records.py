@@ -3,10 +3,20 @@ the statuses they go through. Plain frozen data: every store hands out the same 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Change", "Checkpoint", "Compensation", "Status", "StepStatus", "latest_steps"]
+__all__ = [
+    "Change",
+    "Checkpoint",
+    "Compensation",
+    "Intent",
+    "Status",
+    "StepOutcome",
+    "StepStatus",
+    "latest_steps",
+]
 
 
 class Status:
@@ -25,6 +35,26 @@ class StepStatus:
     OK = "ok"
     ERROR = "error"  # failed for sure, or never sent: nothing happened
     UNKNOWN = "unknown"  # sent, but no answer (timeout, server died, cancelled)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intent:
+    """A mutating call about to be forwarded, as the journal keeps it (redacted already)."""
+
+    tool: str
+    classification: str
+    args: Mapping[str, Any]
+    snapshot: Any = None
+    snapshot_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepOutcome:
+    """How a compensating call ended: a StepStatus other than STARTED, with what came back."""
+
+    status: str
+    result: Any = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +110,13 @@ class Change:
         }
 
     def context(self) -> dict[str, Any]:
-        """What a template may read under `change`."""
-        return {**self.to_json(), "error": self.error}
+        """What an inverse's expressions read: the call (args, result, and the snapshot or
+        why it failed) and, under `change`, the change itself with its error."""
+        reads = ("args", "result", "snapshot", "snapshot_error")
+        return {
+            **{name: getattr(self, name) for name in reads},
+            "change": {**self.to_json(), "error": self.error},
+        }
 
 
 @dataclass(frozen=True, kw_only=True)

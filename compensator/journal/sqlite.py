@@ -7,14 +7,14 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..errors import JournalError
-from .records import Change, Checkpoint, Compensation, Status, StepStatus
+from .records import Change, Checkpoint, Compensation, Intent, Status, StepOutcome, StepStatus
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal", "pid_alive"]
 
@@ -286,15 +286,7 @@ class SQLiteJournal:
 
     # -- changes ----------------------------------------------------------------------
 
-    def record_intent(
-        self,
-        *,
-        tool: str,
-        classification: str,
-        args: Mapping[str, Any],
-        snapshot: Any = None,
-        snapshot_error: str | None = None,
-    ) -> int:
+    def record_intent(self, intent: Intent) -> int:
         with self._transaction() as tx:
             checkpoint = tx.scalar(
                 "SELECT MAX(id) FROM checkpoints WHERE session = ?", (self.session,)
@@ -305,12 +297,12 @@ class SQLiteJournal:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     checkpoint,
-                    tool,
-                    classification,
+                    intent.tool,
+                    intent.classification,
                     Status.PENDING,
-                    _dump(dict(args)),
-                    _dump(snapshot),
-                    snapshot_error,
+                    _dump(dict(intent.args)),
+                    _dump(intent.snapshot),
+                    intent.snapshot_error,
                     os.getpid(),
                     _now(),
                     self.session,
@@ -402,21 +394,13 @@ class SQLiteJournal:
             )
 
     def record_step_outcome(
-        self,
-        compensation_id: int,
-        *,
-        ok: bool,
-        result: Any = None,
-        error: str | None = None,
-        undone: tuple[int, str] | None = None,
-        in_doubt: bool = False,
+        self, compensation_id: int, outcome: StepOutcome, *, undone: tuple[int, str] | None = None
     ) -> None:
         """A change is never marked undone without the record that proves it."""
-        status = StepStatus.OK if ok else StepStatus.UNKNOWN if in_doubt else StepStatus.ERROR
         with self._transaction() as tx:
             tx.execute(
                 "UPDATE compensations SET status = ?, result = ?, error = ? WHERE id = ?",
-                (status, _dump(result), error, compensation_id),
+                (outcome.status, _dump(outcome.result), outcome.error, compensation_id),
             )
             if undone is not None:
                 tx.mark_undone(*undone)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from .records import Change, Checkpoint, Compensation
+from .records import Change, Checkpoint, Compensation, Intent, StepOutcome
 from .sqlite import SQLiteJournal
 
 __all__ = ["JournalStore", "default_journal_path", "open_journal"]
@@ -49,15 +48,7 @@ class JournalStore(Protocol):
 
     # -- changes -------------------------------------------------------------------------
 
-    def record_intent(
-        self,
-        *,
-        tool: str,
-        classification: str,
-        args: Mapping[str, Any],
-        snapshot: Any = None,
-        snapshot_error: str | None = None,
-    ) -> int:
+    def record_intent(self, intent: Intent) -> int:
         """Write the intent of a call (status pending) before it is forwarded; its change id.
         The change belongs to this session's newest checkpoint."""
         ...
@@ -104,17 +95,10 @@ class JournalStore(Protocol):
         ...
 
     def record_step_outcome(
-        self,
-        compensation_id: int,
-        *,
-        ok: bool,
-        result: Any = None,
-        error: str | None = None,
-        undone: tuple[int, str] | None = None,
-        in_doubt: bool = False,
+        self, compensation_id: int, outcome: StepOutcome, *, undone: tuple[int, str] | None = None
     ) -> None:
-        """A compensating call's outcome (`in_doubt`: it may have applied though it failed);
-        `undone=(change_id, note)` marks the change undone in the same transaction."""
+        """A compensating call's outcome; `undone=(change_id, note)` marks the change undone
+        in the same transaction."""
         ...
 
     def mark_undone(self, change_id: int, note: str) -> None:

@@ -12,7 +12,7 @@ import mcp.types as types
 
 from ..classification import Classification
 from ..errors import CompensatorError, DownstreamError, MetaArgumentError
-from ..journal import JournalStore, Status
+from ..journal import Intent, JournalStore, Status
 from ..registry import Registry, ToolPolicy, redact
 from ..wire import DownstreamPool, RoutedTool
 from . import meta
@@ -77,7 +77,7 @@ class Proxy:
         if routed is None:
             return error_result(self.pool.missing_reason(name))
         classification = self.classify(name, arguments)
-        if not classification.journaled:
+        if not classification.behaviour.journaled:
             return await self._forward_read(name, arguments)
         async with self._gate.shared():
             return await self._forward_mutating(routed, classification, arguments)
@@ -107,13 +107,14 @@ class Proxy:
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
-        change_id = self.journal.record_intent(
+        intent = Intent(
             tool=routed.name,
             classification=classification.value,
             args=redact(arguments, "args", hidden),
             snapshot=snapshot,
             snapshot_error=snapshot_error,
         )
+        change_id = self.journal.record_intent(intent)
         try:
             result = await self.pool.call(routed.name, arguments)
         except DownstreamError as exc:
@@ -165,7 +166,7 @@ class Proxy:
     async def _snapshot(
         self, policy: ToolPolicy | None, arguments: dict[str, Any]
     ) -> tuple[Any, str | None]:
-        if policy is None or not policy.classification.snapshot:
+        if policy is None or not policy.classification.behaviour.snapshot:
             return None, None
         return await self._read(policy, arguments)
 

@@ -192,8 +192,8 @@ def explain(
     return {
         "tool": tool,
         "classification": classification.value,
-        "journaled": classification.journaled,
-        "undoable": classification.undoable,
+        "journaled": classification.behaviour.journaled,
+        "undoable": classification.behaviour.undoable,
         "snapshot": _snapshot(policy),
         "inverse": [_step(step) for step in policy.inverse] if policy else [],
         "explanation": text,

@@ -11,11 +11,19 @@ import anyio
 
 from ..classification import Classification
 from ..errors import CompensatorError, MetaArgumentError
-from ..journal import Change, Compensation, JournalStore, Status, StepStatus, latest_steps
+from ..journal import (
+    Change,
+    Compensation,
+    JournalStore,
+    Status,
+    StepOutcome,
+    StepStatus,
+    latest_steps,
+)
 from ..registry import InverseStep, Registry, ToolPolicy
-from .calls import Caller, observed_state
+from .calls import Caller, CallOutcome, observed_state
 
-__all__ = ["Progress", "UndoReport", "Undoer", "template_context"]
+__all__ = ["Progress", "UndoReport", "Undoer"]
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +55,6 @@ class _Skip(CompensatorError):
 
 
 _FORCE_HINT = "check it by hand, then undo_to with force=true compensates anyway"
-
-
-def template_context(change: Change) -> dict[str, Any]:
-    return {
-        "args": change.args,
-        "result": change.result,
-        "snapshot": change.snapshot,
-        "snapshot_error": change.snapshot_error,
-        "change": change.context(),
-    }
 
 
 class Undoer:
@@ -132,7 +130,7 @@ class Undoer:
                 "check its effect by hand"
             )
         kind = Classification.named(change.classification)
-        if not kind.undoable:
+        if not kind.behaviour.undoable:
             raise _Skip(kind.refusal(change.tool))
         policy = self._registry.policy(change.tool)
         if policy is None:
@@ -234,7 +232,7 @@ class Undoer:
         *,
         dry_run: bool,
     ) -> list[dict[str, Any]]:
-        context = template_context(change)
+        context = change.context()
         calls: list[dict[str, Any]] = []
         last = len(policy.inverse) - 1
         settled = False
@@ -273,19 +271,15 @@ class Undoer:
             outcome = await self._call(tool, args)
         except BaseException:
             with anyio.CancelScope(shield=True):
+                cancelled = "cancelled before the answer came"
                 self._journal.record_step_outcome(
-                    record, ok=False, error="cancelled before the answer came", in_doubt=True
+                    record, StepOutcome(status=StepStatus.UNKNOWN, error=cancelled)
                 )
             raise
         undone = (change.id, "compensated") if settles and outcome.ok else None
-        self._journal.record_step_outcome(
-            record,
-            ok=outcome.ok,
-            result=outcome.value,
-            error=outcome.error,
-            undone=undone,
-            in_doubt=outcome.in_doubt,
-        )
+        status = _step_status(outcome)
+        recorded = StepOutcome(status=status, result=outcome.value, error=outcome.error)
+        self._journal.record_step_outcome(record, recorded, undone=undone)
         if outcome.ok:
             return
         log.warning("compensation of change %d failed: %s", change.id, outcome.error)
@@ -295,6 +289,13 @@ class Undoer:
                 f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
             )
         raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+
+
+def _step_status(outcome: CallOutcome) -> str:
+    """A failed call that may still have applied is in doubt (unknown), not an error."""
+    if outcome.ok:
+        return StepStatus.OK
+    return StepStatus.UNKNOWN if outcome.in_doubt else StepStatus.ERROR
 
 
 def _render_step(step: InverseStep, context: dict[str, Any], index: int) -> dict[str, Any] | None:

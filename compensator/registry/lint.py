@@ -299,7 +299,7 @@ def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
 
 def _check_annotations(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:
     tool = live.tools.get(policy.name)
-    if policy.classification.journaled or tool is None:
+    if policy.classification.behaviour.journaled or tool is None:
         return
     if tool.annotations is None or not _destructive(tool.annotations):
         return

@@ -10,18 +10,6 @@ from typing import Any
 from ..classification import Classification
 from .expressions import Expression, Template
 
-__all__ = [
-    "Defaults",
-    "InverseStep",
-    "RedactPath",
-    "Registry",
-    "ResetCall",
-    "ServerSpec",
-    "StateProbe",
-    "TestSpec",
-    "ToolPolicy",
-]
-
 
 @dataclass(frozen=True, kw_only=True)
 class ServerSpec:

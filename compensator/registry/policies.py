@@ -25,7 +25,7 @@ def read_tools(r: Reader, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]
     }
     for policy in policies.values():
         read = policies.get(policy.verify_tool or "")
-        if read is not None and read.classification.journaled:
+        if read is not None and read.classification.behaviour.journaled:
             where = f"tools.{policy.name}.verify"
             where += ".tool" if policy.verify_names_its_read else ""
             problem = (
@@ -76,20 +76,20 @@ def _classification(r: Reader, value: Any, key: str) -> Classification:
 
 def _shape(r: Reader, raw: dict[str, Any], kind: Classification, key: str) -> None:
     """The keys a classification needs, and the ones it could never use."""
-    if not kind.undoable:
+    if not kind.behaviour.undoable:
         _never_runs(r, raw, kind, key)
         return
     _pairs(r, raw, key)
     if "inverse_tool" not in raw and "inverse" not in raw:
         fix = "Add inverse_tool (with inverse_args) or an inverse list of {tool, args, when}."
         raise r.error(key, f"a {kind.value} tool needs an inverse", fix)
-    if kind.snapshot and "snapshot_tool" not in raw:
+    if kind.behaviour.snapshot and "snapshot_tool" not in raw:
         fix = (
             "Add snapshot_tool (and snapshot_args) to capture what the inverse restores, "
             "or classify the tool reversible if args and result are enough."
         )
         raise r.error(key, f"a {kind.value} tool needs snapshot_tool", fix)
-    if not kind.snapshot and "snapshot_tool" in raw:
+    if not kind.behaviour.snapshot and "snapshot_tool" in raw:
         problem = f"a {kind.value} tool takes no snapshot, so snapshot_tool would never run"
         fix = "Classify the tool compensable, or remove snapshot_tool."
         raise r.error(f"{key}.snapshot_tool", problem, fix)
@@ -215,7 +215,7 @@ def _check_contexts(r: Reader, policy: ToolPolicy) -> None:
         why = "the drift check's read is built from the call's args and result"
         r.restrict(policy.verify_args.expressions(), {"args", "result"}, why)
     kind = policy.classification
-    if kind.undoable and not kind.snapshot:
+    if kind.behaviour.undoable and not kind.behaviour.snapshot:
         why = f"a {kind.value} tool takes no snapshot (classify it compensable to take one)"
         r.restrict(policy.step_expressions(), _ALL_NAMES - _SNAPSHOT_NAMES, why)
 
