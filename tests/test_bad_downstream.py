@@ -115,6 +115,7 @@ async def test_only_stray_answers_time_out(
     faults.survived += 1
 
 
+@pytest.mark.thorough
 async def test_huge_results(
     proxy: Launcher, config: Path, tasks_env: dict[str, str], faults: Faults
 ) -> None:

@@ -510,6 +510,7 @@ def ids(entries: list[dict[str, Any]]) -> set[int]:
 # -- the tests -------------------------------------------------------------------------------
 
 
+@pytest.mark.thorough
 async def test_sigkill_during_forwarded_calls(tmp_path: Path) -> None:
     """Kill the proxy at a random moment while puts are in flight (some slow, some concurrent);
     the next proxy finds every received call journaled, the unanswered ones `unknown` and
@@ -603,6 +604,7 @@ async def test_sigkill_during_forwarded_calls(tmp_path: Path) -> None:
     assert (injected, survived, lost, twice) == (CALL_KILLS, CALL_KILLS, 0, 0)
 
 
+@pytest.mark.thorough
 async def test_sigkill_during_undo(tmp_path: Path) -> None:
     """Kill the proxy at a random moment of undo_to (compensations slow); the next proxy's
     undo_to continues without re-running steps recorded done, reports a step the dead proxy had

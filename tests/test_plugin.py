@@ -63,6 +63,7 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
     assert data["reset_seconds_per_example"] < 1.0
 
 
+@pytest.mark.thorough
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester, variant: Variant):
     config = variant.write(pytester.path)
@@ -77,6 +78,7 @@ def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester,
     assert "proxy and server stderr" in out
 
 
+@pytest.mark.thorough
 def test_failure_shows_calls_and_state_diff(pytester: pytest.Pytester):
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
     config = variant.write(pytester.path)
@@ -87,6 +89,7 @@ def test_failure_shows_calls_and_state_diff(pytester: pytest.Pytester):
     assert '-      "status": "open"' in out and '+      "status": "done"' in out
 
 
+@pytest.mark.thorough
 def test_state_machine_is_skipped_once_a_round_trip_failed(pytester: pytest.Pytester):
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
     config = variant.write(pytester.path)
@@ -97,6 +100,7 @@ def test_state_machine_is_skipped_once_a_round_trip_failed(pytester: pytest.Pyte
     assert "round trips failed for tasks__complete_task: fix those first" in result.stdout.str()
 
 
+@pytest.mark.thorough
 def test_state_machine_catches_a_broken_registry(pytester: pytest.Pytester):
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
     config = variant.write(pytester.path)
@@ -186,6 +190,7 @@ def test_plugin_import_is_lazy():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.thorough
 def test_without_reset_every_example_gets_a_new_workdir_and_proxy(pytester: pytest.Pytester):
     config = write_example(
         pytester.path, "noreset", lambda t: cut(t, "# Lets the pytest plugin", "tools:\n")

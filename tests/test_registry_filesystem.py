@@ -64,6 +64,7 @@ async def test_a_failed_write_is_not_undone(proxy, fs_env):
     assert [c["tool"] for c in report["nothing_to_undo"]] == ["fs__write_file"]
 
 
+@pytest.mark.thorough
 def test_plugin_passes_the_registry(pytester: pytest.Pytester, fs_env):
     result = run_quick(
         pytester, REGISTRY, "--compensator-examples", "3", "--compensator-steps", "8"
@@ -72,6 +73,7 @@ def test_plugin_passes_the_registry(pytester: pytest.Pytester, fs_env):
     assert "fs__move_file" in result.stdout.str()
 
 
+@pytest.mark.thorough
 def test_plugin_catches_a_new_file_left_behind(pytester: pytest.Pytester, fs_env):
     text = REGISTRY.read_text()
     start = text.index("      # The file is new: no delete tool")

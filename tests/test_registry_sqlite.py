@@ -35,6 +35,7 @@ def without_reinsert(folder: Path) -> Path:
     return path
 
 
+@pytest.mark.thorough
 def test_sqlite_registry_passes(pytester: pytest.Pytester, servers: Path):
     result = run_quick(pytester, REGISTRY, "--compensator-examples", "5")
     result.assert_outcomes(passed=4)
@@ -43,6 +44,7 @@ def test_sqlite_registry_passes(pytester: pytest.Pytester, servers: Path):
     assert "left out: sqlite__read_query (read)" in out
 
 
+@pytest.mark.thorough
 def test_sqlite_registry_without_reinsert_fails_naming_the_tool(
     pytester: pytest.Pytester, servers: Path
 ):
