@@ -2,14 +2,13 @@
 
 It owns the downstream servers (`downstream.py` one server over stdio or streamable HTTP,
 `pool.py` all of them with their tools routed by exposed name), what passes through besides
-tool calls (`catalog.py` resources and prompts, `relay.py` notifications and server-initiated
-requests), serving the proxy to clients (`stdio.py`, `http_serve.py`), tool results as values
-(`results.py`), and `sdk/`, the only place that knows the two MCP SDK lines apart. A new
-downstream transport goes in `Downstream._transport`; a new way to serve clients beside
-`stdio.py` and `http_serve.py`. It imports compensator.registry (server entries), never the
-journal or the proxy.
+tool calls (`catalog.py` resources and prompts, named and routed by `routing.py`; `relay.py`
+notifications and server-initiated requests), serving the proxy to clients (`stdio.py`,
+`http_serve.py`), tool results as values (`results.py`), and `sdk/`, the only place that
+knows the two MCP SDK lines apart. A new downstream transport goes in
+`Downstream._transport`; a new way to serve clients beside `stdio.py` and `http_serve.py`. It
+imports compensator.registry (server entries), never the journal or the proxy.
 """
-
 from __future__ import annotations
 
 from . import sdk
