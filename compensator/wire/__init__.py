@@ -9,6 +9,7 @@ knows the two MCP SDK lines apart. A new downstream transport goes in
 `Downstream._transport`; a new way to serve clients beside `stdio.py` and `http_serve.py`. It
 imports compensator.registry (server entries), never the journal or the proxy.
 """
+
 from __future__ import annotations
 
 from . import sdk
