@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -120,9 +121,26 @@ async def launch_proxy(
     `list_roots_callback`, `logging_callback`, `message_handler` (a callback given makes the
     client advertise that capability)."""
     params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
+    relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
     async with (
         stdio_client(params, errlog=stderr or sys.stderr) as (read, write),
-        ClientSession(read, write, **dict(session_options or {})) as session,
+        anyio.create_task_group() as relays,
     ):
-        await session.initialize()
-        yield ProxyClient(session, registry)
+        relays.start_soon(_relay, read, relay_in)
+        async with ClientSession(relay_out, write, **dict(session_options or {})) as session:
+            await session.initialize()
+            yield ProxyClient(session, registry)
+        relays.cancel_scope.cancel()
+
+
+async def _relay(source: Any, sink: Any) -> None:
+    """Pass the proxy's messages to the session until it closes, then drop the rest.
+
+    A notification that arrives while the session is closing would otherwise meet a closed
+    stream inside mcp 1.x's stdio_client, whose reader lets that error escape its exit."""
+    async with sink:
+        async for message in source:
+            try:
+                await sink.send(message)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
