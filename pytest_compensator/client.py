@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -122,25 +123,29 @@ async def launch_proxy(
     client advertise that capability)."""
     params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
     relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
-    async with (
-        stdio_client(params, errlog=stderr or sys.stderr) as (read, write),
-        anyio.create_task_group() as relays,
-    ):
-        relays.start_soon(_relay, read, relay_in)
-        async with ClientSession(relay_out, write, **dict(session_options or {})) as session:
-            await session.initialize()
-            yield ProxyClient(session, registry)
+    async with anyio.create_task_group() as relays:
+        async with stdio_client(params, errlog=stderr or sys.stderr) as (read, write):
+            relays.start_soon(_relay, read, relay_in)
+            async with ClientSession(relay_out, write, **dict(session_options or {})) as session:
+                await session.initialize()
+                yield ProxyClient(session, registry)
         relays.cancel_scope.cancel()
 
 
 async def _relay(source: Any, sink: Any) -> None:
-    """Pass the proxy's messages to the session until it closes, then drop the rest.
+    """Pass the proxy's messages to the session; once it has closed, read and drop the rest
+    until the proxy's output ends.
 
-    A notification that arrives while the session is closing would otherwise meet a closed
-    stream inside mcp 1.x's stdio_client, whose reader lets that error escape its exit."""
-    async with sink:
-        async for message in source:
-            try:
-                await sink.send(message)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return
+    mcp 1.x's stdio_client reader lets a send into a closed stream escape its exit: whatever
+    the proxy says while the client shuts down (a server's notification, say) must still be
+    read by somebody."""
+    # ClosedResourceError: stdio_client closed `source` on its way out; nothing more comes.
+    with contextlib.suppress(anyio.ClosedResourceError):
+        async with sink:
+            async for message in source:
+                try:
+                    await sink.send(message)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    break
+        async for _ in source:
+            pass
