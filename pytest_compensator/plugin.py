@@ -46,11 +46,11 @@ def _check_registry(path: Path) -> None:
 
 
 def _collect_registry(config: pytest.Config, path: Path) -> None:
-    """Make the registry one more path to collect, wherever it lies (`pytest_collect_file`
+    """Make the registry the first path to collect, wherever it lies (`pytest_collect_file`
     turns it into a RegistryFile), unless it is among the arguments already."""
     given = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
     if path not in (candidate.resolve() for candidate in given):
-        config.args.append(str(path))
+        config.args.insert(0, str(path))
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -77,7 +77,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     s = _settings(parent.config)
-    if s.config is None or file_path != s.config:
+    if s.config is None or file_path.resolve() != s.config:
         return None
     from .items import RegistryFile
 
