@@ -195,3 +195,15 @@ def test_a_version_1_journal_is_migrated_and_its_checkpoints_still_undo(tmp_path
     assert [c.tool for c in journal.open_changes(old)] == ["s__put"]
     journal.create_checkpoint("new")
     assert [c.tool for c in journal.open_changes(old)] == ["s__put"]
+
+
+async def test_a_classification_this_version_does_not_know_is_refused_by_name(tmp_path):
+    registry, journal, cp, _ = setup(tmp_path)
+    newer = journal.record_intent(Intent(tool="s__put", classification="quarantined", args={}))
+    journal.record_outcome(newer, status=Status.OK, result={})
+    servers = Servers()
+    report = await Undoer(journal, registry, servers).undo_to(cp.id, dry_run=True)
+    [skipped] = report.skipped
+    assert skipped["id"] == newer
+    assert "records classification 'quarantined'" in skipped["reason"]
+    assert servers.sets == []

@@ -130,6 +130,11 @@ class Undoer:
                 "check its effect by hand"
             )
         kind = Classification.named(change.classification)
+        if kind.value != change.classification:
+            raise _Skip(
+                f"the journal records classification {change.classification!r}, which this "
+                "version of mcp-compensator does not know; undo it with the version that wrote it"
+            )
         if not kind.behaviour.undoable:
             raise _Skip(kind.refusal(change.tool))
         policy = self._registry.policy(change.tool)
