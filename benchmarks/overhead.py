@@ -11,7 +11,7 @@ busier hurts all four alike:
   C  through FastMCP's proxy (fastmcp 4.x `create_proxy`; `pip install -e ".[bench]"`)
   D  through a raw newline relay that copies bytes between pipes: the floor of one hop
 
-Prints medians per call and the ratios the README's performance table quotes.
+Prints medians per call and the ratios docs/performance.md quotes.
 
     python benchmarks/overhead.py                  # 30 rounds of 50 calls per session
     python benchmarks/overhead.py --rounds 5 --calls 20

@@ -67,7 +67,6 @@ async def undo_cost(changes: int, tmp: Path) -> None:
 
 def fill_journal(path: Path, rows: int) -> None:
     journal = open_journal(path)
-    journal._db.execute("PRAGMA synchronous=OFF")  # generation only; the proxy reopens it
     for index in range(rows):
         if index % 100 == 0:
             journal.create_checkpoint(f"cp {index}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 __all__ = [
     "CompensatorError",
     "DownstreamError",
@@ -9,7 +12,15 @@ __all__ = [
     "JournalError",
     "MetaArgumentError",
     "RegistryError",
+    "did_you_mean",
 ]
+
+
+def did_you_mean(name: str, choices: Iterable[str], fallback: str, *, prefix: str = "") -> str:
+    """The fix for a misspelt `name`: "Did you mean '<prefix><closest choice>'?", or
+    `fallback` when no choice is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f"Did you mean '{prefix}{close[0]}'?" if close else fallback
 
 
 class CompensatorError(Exception):

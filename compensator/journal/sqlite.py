@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -232,7 +232,7 @@ class SQLiteJournal:
                 tx.run_script(MIGRATIONS[target - 1])
                 tx.execute(f"PRAGMA user_version={target}")
 
-    @contextmanager
+    @contextlib.contextmanager
     def _transaction(self) -> Iterator[_Tx]:
         """One write transaction; a SQLite error in it is a JournalError, nothing written."""
         with self._lock:
@@ -245,7 +245,8 @@ class SQLiteJournal:
                 self._db.execute("COMMIT")
             except BaseException as exc:
                 if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                    with contextlib.suppress(sqlite3.Error):  # the first error is the one to tell
+                        self._db.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
                     raise self._failed("write", exc) from exc
                 raise

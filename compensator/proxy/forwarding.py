@@ -16,7 +16,7 @@ from ..journal import Intent, JournalStore, Status
 from ..registry import Registry, ToolPolicy, redact
 from ..wire import DownstreamPool, RoutedTool
 from . import meta
-from .calls import CallOutcome, call_outcome, classify, observed_state, undo_caller
+from .calls import call_outcome, classify, observed_state, undo_caller
 from .gate import Gate
 from .undo import Undoer
 
@@ -76,18 +76,11 @@ class Proxy:
         routed = self.pool.route(name)
         if routed is None:
             return error_result(self.pool.missing_reason(name))
-        classification = self.classify(name, arguments)
+        classification = classify(self.registry, self.pool, name, arguments)
         if not classification.behaviour.journaled:
             return await self._forward_read(name, arguments)
         async with self._gate.shared():
             return await self._forward_mutating(routed, classification, arguments)
-
-    # -- classification --------------------------------------------------------------
-
-    def classify(self, name: str, arguments: Mapping[str, Any] | None = None) -> Classification:
-        """How a call to `name` with `arguments` is treated; `arguments=None` ignores
-        `mutating_when` (the tool's classification in general)."""
-        return classify(self.registry, self.pool, name, arguments)
 
     # -- forwarding --------------------------------------------------------------------
 
@@ -125,7 +118,7 @@ class Proxy:
                     change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
                 )
             raise
-        outcome = self.outcome(routed.name, arguments, result)
+        outcome = call_outcome(self.registry, routed.name, arguments, result)
         status = Status.OK if outcome.ok else Status.ERROR
         self.journal.record_outcome(
             change_id,
@@ -158,7 +151,7 @@ class Proxy:
         except (CompensatorError, ValueError, TypeError) as exc:
             self.journal.record_post_state(change_id, None, f"reading the state failed: {exc}")
             return
-        outcome = self.outcome(policy.verify_tool, args, result)
+        outcome = call_outcome(self.registry, policy.verify_tool, args, result)
         state = observed_state(outcome)
         error = None if state is not None else outcome.error or "the read returned nothing"
         self.journal.record_post_state(change_id, state, error)
@@ -180,14 +173,8 @@ class Proxy:
         except (CompensatorError, ValueError, TypeError) as exc:
             log.warning("snapshot for %s failed: %s", policy.name, exc)
             return None, f"snapshot failed: {exc}"
-        outcome = self.outcome(policy.snapshot_tool, snapshot_args, result)
+        outcome = call_outcome(self.registry, policy.snapshot_tool, snapshot_args, result)
         return (outcome.value, None) if outcome.ok else (None, outcome.error)
-
-    def outcome(
-        self, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
-    ) -> CallOutcome:
-        """Parse a result and decide whether the call worked (isError, then `error_when`)."""
-        return call_outcome(self.registry, name, arguments, result)
 
     # -- meta tools --------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import difflib
 import json
 import math
 import re
@@ -17,7 +16,7 @@ from jmespath import exceptions as jexc
 from jmespath import functions as jfun
 from jmespath.parser import ParsedResult, Parser
 
-from ..errors import ExpressionError
+from ..errors import ExpressionError, did_you_mean
 
 __all__ = [
     "CONTEXT_NAMES",
@@ -364,10 +363,10 @@ def _check_call(node: dict[str, Any], shown: str, where: str) -> None:
     name = node["value"]
     spec = _FUNCTION_TABLE.get(name)
     if spec is None:
-        fix = _suggest(
+        fix = did_you_mean(
             name,
             sorted(_FUNCTION_TABLE),
-            f"Use a JMESPath built-in or one of {', '.join(_CUSTOM_FUNCTIONS)}",
+            f"Use a JMESPath built-in or one of {', '.join(_CUSTOM_FUNCTIONS)}.",
         )
         raise _error(shown, where, f"calls unknown function {name}()", fix)
     signature, count = spec["signature"], len(node["children"])
@@ -396,14 +395,9 @@ def _check_roots(tree: dict[str, Any], shown: str, where: str) -> None:
             name = node["value"]
             detail = f"names `{name}`; expressions start from one of {', '.join(CONTEXT_NAMES)}"
             fallback = (
-                f"Start from a context name, e.g. args.{name}; for literal text write '{name}'"
+                f"Start from a context name, e.g. args.{name}; for literal text write '{name}'."
             )
-            raise _error(shown, where, detail, _suggest(name, CONTEXT_NAMES, fallback))
-
-
-def _suggest(name: str, choices: Any, fallback: str) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f"Did you mean '{close[0]}'?" if close else f"{fallback}."
+            raise _error(shown, where, detail, did_you_mean(name, CONTEXT_NAMES, fallback))
 
 
 def _chain(node: dict[str, Any]) -> tuple[tuple[str, ...], bool]:

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import CompensatorError
+from ..errors import CompensatorError, did_you_mean
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, split_name, too_long
 from .expressions import Expression, Template
 from .model import Registry, ToolPolicy
@@ -143,10 +143,8 @@ def _matches(pattern: str, name: str) -> bool:
 
 def _suggest(name: str, choices: Iterable[str], prefix: str = "") -> str:
     options = sorted(choices)
-    close = difflib.get_close_matches(name, options, n=1)
-    if close:
-        return f"Did you mean '{prefix}{close[0]}'?"
-    return f"It takes: {', '.join(options)}." if options else "It takes no arguments."
+    takes = f"It takes: {', '.join(options)}." if options else "It takes no arguments."
+    return did_you_mean(name, options, takes, prefix=prefix)
 
 
 def _properties(schema: Mapping[str, Any]) -> list[str]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..classification import Classification
+from ..errors import did_you_mean
 from . import keys
 from .expressions import CONTEXT_NAMES, Template
 from .model import Defaults, InverseStep, RedactPath, TestSpec, ToolPolicy
-from .reader import Reader, describe, did_you_mean
+from .reader import Reader, describe
 from .redaction import parse_redact_path
 from .yamlnodes import line_of
 

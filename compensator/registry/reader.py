@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..classification import Classification
-from ..errors import ExpressionError, RegistryError
+from ..errors import ExpressionError, RegistryError, did_you_mean
 from ..names import META_TOOLS, exposed_name, split_name
 from .expressions import Expression, Template, compile_expression, compile_template
 from .variables import VariableError, expand
 from .yamlnodes import join_key, line_of, located_error
 
-__all__ = ["Reader", "describe", "did_you_mean"]
+__all__ = ["Reader", "describe"]
 
 T = TypeVar("T")
 
@@ -45,11 +45,6 @@ def describe(value: Any) -> str:
         if isinstance(value, kind):
             return name
     return type(value).__name__
-
-
-def did_you_mean(name: str, choices: Iterable[str], fallback: str) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f"Did you mean '{close[0]}'?" if close else fallback
 
 
 class Reader:
