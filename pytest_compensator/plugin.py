@@ -27,7 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = config.stash[_SETTINGS] = resolve(config)
     if settings.config is not None:
         _check_registry(settings.config)
-        _collect_registry(config, settings.config)
 
 
 def _check_registry(path: Path) -> None:
@@ -43,14 +42,6 @@ def _check_registry(path: Path) -> None:
         load_registry(path, example_environment(path.parent))
     except CompensatorError as exc:
         raise pytest.UsageError(str(exc)) from None
-
-
-def _collect_registry(config: pytest.Config, path: Path) -> None:
-    """Make the registry the first path to collect, wherever it lies (`pytest_collect_file`
-    turns it into a RegistryFile), unless it is among the arguments already."""
-    given = (config.invocation_params.dir / arg.split("::")[0] for arg in config.args)
-    if path not in (candidate.resolve() for candidate in given):
-        config.args.insert(0, str(path))
 
 
 def _settings(config: pytest.Config) -> Settings:
@@ -76,14 +67,35 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """The registry, when the paths pytest collects reach it (or name it, as in
+    `pytest registry.yaml::load`)."""
     s = _settings(parent.config)
     if s.config is None or file_path.resolve() != s.config:
         return None
+    return _registry_file(parent, file_path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    """The registry lies outside the paths pytest collected (the usual case: the tests of a
+    registry kept anywhere): collect it under the session, its tests first. tryfirst: before
+    -k and -m deselect from the list."""
+    s = _settings(session.config)
+    if s.config is None:
+        return
     from .items import RegistryFile
 
-    coverage = _coverage(parent.config)
+    if any(isinstance(item.parent, RegistryFile) for item in items):
+        return
+    items[:0] = session.genitems(_registry_file(session, s.config))
+
+
+def _registry_file(parent: pytest.Collector | pytest.Session, path: Path) -> pytest.Collector:
+    from .items import RegistryFile
+
+    settings, coverage = _settings(parent.config), _coverage(parent.config)
     node: pytest.Collector = RegistryFile.from_parent(
-        parent, path=file_path, settings=s, coverage=coverage
+        parent, path=path, settings=settings, coverage=coverage
     )
     return node
 

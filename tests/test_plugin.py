@@ -139,6 +139,19 @@ def test_missing_tool_fails_the_load_check(pytester: pytest.Pytester):
     assert "tasks__get_task_forest: no server offers it" in result.stdout.str()
 
 
+@pytest.mark.parametrize("folder", [".", "build"], ids=["walked", "not-walked"])
+def test_the_registry_is_collected_once_beside_other_tests(pytester: pytest.Pytester, folder):
+    """Beside the tests pytest finds, wherever the registry lies: in a folder pytest walks,
+    or in one it skips (build/ is among its norecursedirs)."""
+    pytester.makepyfile(test_other="def test_other():\n    pass\n")
+    (pytester.path / folder).mkdir(exist_ok=True)
+    config = write_example(pytester.path / folder, "reg")
+    result = run(pytester, "--co", "-q", "--compensator-config", str(config))
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids[0].endswith("reg.yaml::load") and ids[-1].endswith("test_other.py::test_other")
+    assert len(ids) == len(set(ids)) == 12  # load, 9 round trips, the machine, test_other
+
+
 def test_ini_key_works_and_xdist_merges_coverage(pytester: pytest.Pytester):
     pytester.makeini(f"[pytest]\ncompensator_config = {REGISTRY}\ncompensator_examples = 3\n")
     result = run(pytester, "-n", "2", "-k", "load or add_label or delete_task")
