@@ -41,8 +41,7 @@ def narrow(schema: Any) -> Any:
     if kind == "object" or "properties" in out:
         _narrow_object(out)
     elif kind in ("integer", "number"):
-        out.setdefault("minimum", INTEGER_POOL[0])
-        out.setdefault("maximum", max(INTEGER_POOL[1], out["minimum"]))
+        _narrow_number(out)
     elif kind == "string" and not {"pattern", "format"} & out.keys():
         pool = [s for s in STRING_POOL if _fits(s, out)]
         if pool:
@@ -54,6 +53,21 @@ def narrow(schema: Any) -> Any:
         if isinstance(out.get("items"), Mapping):
             out["items"] = narrow(out["items"])
     return out
+
+
+def _narrow_number(out: dict[str, Any]) -> None:
+    """Bound what the schema leaves open to a small pool: INTEGER_POOL, or a pool as wide
+    next to the one bound the schema gives (so `maximum: 0` gets -2..0, not an empty 1..0)."""
+    width = INTEGER_POOL[1] - INTEGER_POOL[0]
+    low = out.get("minimum", out.get("exclusiveMinimum"))
+    high = out.get("maximum", out.get("exclusiveMaximum"))
+    numbers = (int, float)
+    if low is None and high is None:
+        out["minimum"], out["maximum"] = INTEGER_POOL
+    elif high is None and isinstance(low, numbers):
+        out["maximum"] = max(INTEGER_POOL[1], low + width)
+    elif low is None and isinstance(high, numbers):
+        out["minimum"] = INTEGER_POOL[0] if high >= INTEGER_POOL[1] else high - width
 
 
 def _narrow_object(out: dict[str, Any]) -> None:
