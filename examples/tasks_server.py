@@ -160,6 +160,12 @@ async def uncomplete_task(id: int) -> dict[str, Any]:
     return write_status(id, "open")
 
 
+@mcp.tool(description="Flip a task between open and done.")
+async def toggle_task(id: int) -> dict[str, Any]:
+    # Its own inverse, and the example of a compensation that must never run twice.
+    return write_status(id, "open" if require(id)["status"] == "done" else "done")
+
+
 @mcp.tool(description="Rename a task; with dry_run, only show the result.")
 async def rename_task(id: int, title: str, dry_run: bool = False) -> dict[str, Any]:
     task = require(id)

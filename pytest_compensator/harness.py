@@ -14,7 +14,7 @@ from typing import Any
 import mcp.types as types
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from compensator.journal import open_journal
+from compensator.journal import StepStatus, open_journal
 from compensator.registry import Registry, load_registry, registry_environment
 from compensator.wire import sdk
 
@@ -37,10 +37,34 @@ class ResetTimings:
 
     restarts: list[float] = field(default_factory=list)
     resets: list[float] = field(default_factory=list)
+    rewinds: list[float] = field(default_factory=list)
+    rewinds_failed: int = 0  # rewinds that did not reach the fresh state: a restart followed
+    stopped_rewinding: bool = False  # replays differed after rewinds: restarts only since
 
     def per_example(self) -> float | None:
-        samples = self.resets or self.restarts
+        samples = self.resets or [*self.rewinds, *self.restarts[1:]] or self.restarts
         return sorted(samples)[len(samples) // 2] if samples else None
+
+    def how(self) -> str:
+        """How examples got fresh state, in words, for the summary."""
+        if self.resets:
+            return "the registry's reset: calls"
+        if not self.rewinds and not self.rewinds_failed:
+            return "a new proxy and servers"
+        how = (
+            f"undo to the example's first checkpoint {_times(len(self.rewinds))}, "
+            f"a new proxy and servers {_times(len(self.restarts))}"
+        )
+        if self.stopped_rewinding:
+            how += (
+                "; calls behaved differently after such an undo than on new servers (state "
+                "the probes do not show, such as id counters), so later examples restarted"
+            )
+        return how
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 class Driver:
@@ -101,6 +125,25 @@ class Driver:
         finally:
             journal.close()
 
+    def compensations_since(self, checkpoint_id: int) -> list[tuple[str, str, Any]]:
+        """(tool of the change, compensating tool, its args) for every compensating call
+        that succeeded for a change after the checkpoint, in the order undo made them."""
+        journal = open_journal(self.db)
+        try:
+            checkpoint = journal.checkpoint(checkpoint_id)
+            floor = checkpoint.last_change_id if checkpoint else 0
+            made: list[tuple[str, str, Any]] = []
+            for change in reversed(journal.all_changes()):
+                if change.id > floor and change.undone_at:
+                    made += [
+                        (change.tool, comp.tool, comp.args)
+                        for comp in journal.compensations(change.id)
+                        if comp.status == StepStatus.OK
+                    ]
+            return made
+        finally:
+            journal.close()
+
     def log_tail(self) -> str:
         try:
             lines = self.log.read_text(errors="replace").splitlines()
@@ -113,8 +156,11 @@ class Harness:
     """Starts proxies for one registry and hands out drivers whose downstream state is fresh.
 
     With a `reset:` section the registry says how to empty its servers, and one proxy serves
-    every example. Without one, each example gets a new empty COMPENSATOR_WORKDIR and a new
-    proxy (and so new servers).
+    every example. Without one, one proxy serves examples too: each example starts with a
+    checkpoint, and the next one first undoes to it and observes the state. Only when that
+    state is the one observed on the fresh servers is the proxy used again; otherwise (a
+    broken inverse, a skipped change, a dead server) the next example gets a new empty
+    COMPENSATOR_WORKDIR and a new proxy (and so new servers).
     """
 
     def __init__(
@@ -134,6 +180,8 @@ class Harness:
         self._portal = self._stack.enter_context(start_blocking_portal())
         self._shared: Driver | None = None
         self._shared_stack: contextlib.ExitStack | None = None
+        self._fresh: dict[str, Any] | None = None  # the state the shared proxy started with
+        self._start_checkpoint: int | None = None  # taken at the start of the last example
         self._count = 0
         self.tools: dict[str, types.Tool] = {}
         self.last_driver: Driver | None = None
@@ -141,8 +189,7 @@ class Harness:
     # -- life cycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._shared_stack is not None:
-            self._shared_stack.close()
+        self.drop_shared()
         self._stack.close()
         if self._owns_base_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
@@ -179,24 +226,76 @@ class Harness:
         """A driver whose downstream state is fresh, for one example."""
         if self.registry.reset:
             yield self._reset_shared()
-            return
+        elif self.rewinding:
+            yield self._rewound_shared()
+        else:
+            began = time.perf_counter()
+            stack = contextlib.ExitStack()
+            try:
+                driver = self._start(stack)
+                self.timings.restarts.append(time.perf_counter() - began)
+                yield driver
+            finally:
+                stack.close()  # not with the test's exception: see drop_shared
+
+    @property
+    def rewinding(self) -> bool:
+        """Whether examples get fresh state by undoing the one before (no `reset:`, and no
+        sign yet that the servers behave differently after that undo than when new)."""
+        return not self.registry.reset and not self.timings.stopped_rewinding
+
+    def stop_rewinding(self) -> None:
+        """From now on every example gets a new proxy and servers: undo restored what the
+        probes show, but not everything calls depend on (ids a counter hands out, say)."""
+        self.timings.stopped_rewinding = True
+        self.drop_shared()
+
+    def _start_shared(self) -> Driver:
+        self.drop_shared()
         began = time.perf_counter()
-        stack = contextlib.ExitStack()
-        try:
-            driver = self._start(stack)
-            self.timings.restarts.append(time.perf_counter() - began)
-            yield driver
-        finally:
-            # Exit without the test's exception: Hypothesis' control exceptions must not be
+        self._shared_stack = contextlib.ExitStack()
+        self._shared = self._start(self._shared_stack)
+        self.timings.restarts.append(time.perf_counter() - began)
+        return self._shared
+
+    def drop_shared(self) -> None:
+        """Stop the shared proxy; the next example starts a new one."""
+        if self._shared_stack is not None:
+            # Closed outside the test's exception: Hypothesis' control exceptions must not be
             # thrown into the proxy's async context, which would take the portal down.
-            stack.close()
+            self._shared_stack.close()
+        self._shared = self._shared_stack = None
+        self._fresh = self._start_checkpoint = None
+
+    def _rewound_shared(self) -> Driver:
+        driver = self._shared
+        if driver is not None and self._start_checkpoint is not None:
+            began = time.perf_counter()
+            if self._rewind(driver, self._start_checkpoint):
+                self.timings.rewinds.append(time.perf_counter() - began)
+            else:
+                self.timings.rewinds_failed += 1
+                driver = None
+        if driver is None:
+            driver = self._start_shared()
+            self._fresh = driver.observe()
+        self._start_checkpoint = driver.checkpoint("example start")
+        self.last_driver = driver
+        return driver
+
+    def _rewind(self, driver: Driver, checkpoint: int) -> bool:
+        """Undo everything since the example's first checkpoint; True when the state is
+        then the fresh one and nothing was skipped."""
+        try:
+            report = driver.undo_to(checkpoint)
+            return not report["skipped"] and driver.observe() == self._fresh
+        except Exception:  # a dead proxy or server, a failed probe: start afresh instead
+            return False
 
     def _reset_shared(self) -> Driver:
         if self._shared is None:
-            began = time.perf_counter()
-            self._shared_stack = contextlib.ExitStack()
-            self._shared = self._start(self._shared_stack)
-            self.timings.restarts.append(time.perf_counter() - began)
+            self._start_shared()
+        assert self._shared is not None
         began = time.perf_counter()
         for call in self.registry.reset:
             try:

@@ -14,12 +14,12 @@ from compensator.registry import Registry, load_registry
 from .checks import exercised_tools, left_out, run_roundtrip, run_state_machine
 from .client import ToolCallFailed
 from .harness import Harness, example_environment
-from .report import Coverage, UndoFailure
+from .report import Coverage, NeverVerified, PromiseBroken, UndoFailure
 from .settings import Settings
 
 __all__ = ["RegistryFile"]
 
-_PERSON_FACING = (UndoFailure, CompensatorError, ToolCallFailed)
+_PERSON_FACING = (UndoFailure, PromiseBroken, NeverVerified, CompensatorError, ToolCallFailed)
 
 
 class RegistryFile(pytest.File):
@@ -54,6 +54,7 @@ class RegistryFile(pytest.File):
             reset = self._harness.timings.per_example()
             if reset is not None:
                 self.coverage.reset_seconds = reset
+                self.coverage.fresh_state = self._harness.timings.how()
             self._harness.close()
             self._harness = None
 
@@ -75,14 +76,24 @@ class _RegistryItem(pytest.Item):
         raise NotImplementedError
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        error = excinfo.value
-        if isinstance(error, _PERSON_FACING):
-            notes = getattr(error, "__notes__", [])
-            return "\n".join([str(error), *notes])
+        errors = _leaves(excinfo.value)
+        if all(isinstance(error, _PERSON_FACING) for error in errors):
+            return "\n\n".join(
+                "\n".join([str(error), *getattr(error, "__notes__", [])]) for error in errors
+            )
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"{self.path.name}::{self.name}"
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions an exception group holds (Hypothesis raises one for several distinct
+    failures), else the exception itself."""
+    inner = getattr(error, "exceptions", None)
+    if not isinstance(inner, tuple):
+        return [error]
+    return [leaf for exc in inner for leaf in _leaves(exc)]
 
 
 class LoadItem(_RegistryItem):

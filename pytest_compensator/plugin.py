@@ -61,8 +61,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if s.config is None:
         return []
     return [
-        f"compensator: registry {s.config}, seed {s.seed}, examples {s.examples}, "
-        f"steps {s.steps} (reproduce with --compensator-seed {s.seed})"
+        f"compensator: registry {s.config}, seed {s.seed} (from {s.seed_source}), "
+        f"examples {s.examples}, steps {s.steps}, min verified {s.min_verified} "
+        f"(reproduce with --compensator-seed {s.seed})"
     ]
 
 

@@ -10,7 +10,15 @@ from typing import Any
 
 from .state import diff_states
 
-__all__ = ["Coverage", "ToolStats", "UndoFailure", "format_call", "format_failure"]
+__all__ = [
+    "Coverage",
+    "NeverVerified",
+    "PromiseBroken",
+    "ToolStats",
+    "UndoFailure",
+    "format_call",
+    "format_failure",
+]
 
 
 @dataclass
@@ -29,7 +37,9 @@ class Coverage:
 
     tools: dict[str, ToolStats] = field(default_factory=dict)
     left_out: dict[str, str] = field(default_factory=dict)
+    reads: set[str] = field(default_factory=set)  # called only to check they change nothing
     reset_seconds: float | None = None
+    fresh_state: str | None = None  # how examples got fresh state, for the summary
     examples: int = 0
 
     def stats(self, tool: str) -> ToolStats:
@@ -59,22 +69,28 @@ class Coverage:
             for key, value in asdict(theirs).items():
                 setattr(mine, key, getattr(mine, key) + value)
         self.left_out.update(other.left_out)
+        self.reads |= other.reads
         self.examples += other.examples
         if other.reset_seconds is not None:
             self.reset_seconds = other.reset_seconds
+            self.fresh_state = other.fresh_state
 
     def to_json(self) -> dict[str, Any]:
         return {
             "tools": {tool: asdict(stats) for tool, stats in sorted(self.tools.items())},
+            "reads": sorted(self.reads),
             "left_out": dict(sorted(self.left_out.items())),
             "examples": self.examples,
             "reset_seconds_per_example": self.reset_seconds,
+            "fresh_state": self.fresh_state,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Coverage:
         made = cls(left_out=dict(data.get("left_out", {})), examples=data.get("examples", 0))
+        made.reads = set(data.get("reads", []))
         made.reset_seconds = data.get("reset_seconds_per_example")
+        made.fresh_state = data.get("fresh_state")
         for tool, stats in data.get("tools", {}).items():
             made.tools[tool] = ToolStats(**stats)
         return made
@@ -87,19 +103,37 @@ class Coverage:
         width = max([len(t) for t in self.tools] + [len("tool")])
         rows = [f"{'tool':<{width}}  calls   failed  undone  verified  failures"]
         for tool, s in sorted(self.tools.items()):
+            if tool in self.reads:
+                # A read has nothing to undo: its calls were checked to change nothing.
+                undone = verified = "read"
+            else:
+                undone, verified = str(s.undone), str(s.verified)
             rows.append(
-                f"{tool:<{width}}  {s.calls:>5}  {s.errors:>7}  {s.undone:>6}  "
-                f"{s.verified:>8}  {s.failures:>8}"
+                f"{tool:<{width}}  {s.calls:>5}  {s.errors:>7}  {undone:>6}  "
+                f"{verified:>8}  {s.failures:>8}"
             )
         for tool, why in sorted(self.left_out.items()):
             rows.append(f"left out: {tool} ({why})")
         if self.reset_seconds is not None:
-            rows.append(f"fresh state per example: {self.reset_seconds * 1000:.1f} ms (median)")
+            how = f" ({self.fresh_state})" if self.fresh_state else ""
+            rows.append(
+                f"fresh state per example: {self.reset_seconds * 1000:.1f} ms (median){how}"
+            )
         return rows
 
 
 class UndoFailure(AssertionError):
     """undo_to did not restore the state recorded at its checkpoint."""
+
+
+class PromiseBroken(AssertionError):
+    """A call the registry promises changes nothing (a read, a call `mutating_when` calls a
+    read, a call `error_when` calls failed, a repeated `idempotent` compensation) changed
+    the observed state."""
+
+
+class NeverVerified(AssertionError):
+    """A round trip saw too few undos of its tool restore the state to vouch for it."""
 
 
 def format_call(tool: str, args: Mapping[str, Any]) -> str:
@@ -115,6 +149,7 @@ def format_failure(
     observed: Any,
     report: Mapping[str, Any],
     journal: Iterable[str],
+    compared: str = "expected = at the checkpoint, observed = after undo_to",
 ) -> str:
     """The message a registry author reads: the calls, what undo did, the state diff."""
     parts = [headline, "", "Calls (after shrinking, the shortest failing sequence found):"]
@@ -123,7 +158,7 @@ def format_failure(
         parts.append(f"undo skipped change {change['id']} {change['tool']}: {change['reason']}")
     diff = diff_states(expected, observed)
     if diff:
-        parts += ["", "State diff (expected = at the checkpoint, observed = after undo_to):", diff]
+        parts += ["", f"State diff ({compared}):", diff]
     journal_lines = list(journal)
     if journal_lines:
         parts += ["", "Journal entries since the checkpoint:"]

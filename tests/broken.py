@@ -23,12 +23,21 @@ def cut(text: str, start: str, end: str) -> str:
     return text[: text.index(start)] + text[text.index(end) :]
 
 
+UNDO_FAILED = "did not restore the state at the checkpoint"
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
     tool: str  # the tool whose policy is broken: a failure report must name it
     old: str
     new: str
+    says: str = UNDO_FAILED  # what the failure report says went wrong
+    caught_by: str = ""  # `-k` for the generated tests that catch it (default: its round trip)
+
+    @property
+    def selection(self) -> str:
+        return self.caught_by or f"roundtrip and {self.tool}"
 
     def edit(self, text: str) -> str:
         assert self.old in text, f"variant {self.name} no longer applies to compensators.yaml"
@@ -89,5 +98,48 @@ VARIANTS = (
         old='      - tool: tasks__restore_tasks\n        args: {tasks: "{snapshot.children}"}\n'
         '        when: "length(snapshot.children) > `0`"\n',
         new="",
+    ),
+    Variant(
+        # A tool that writes, classified read: never journaled, so undo misses what it did.
+        name="read_that_writes",
+        tool="tasks__complete_task",
+        old=(
+            "  tasks__complete_task:\n"
+            "    classification: compensable\n"
+            "    snapshot_tool: tasks__get_task\n"
+            '    snapshot_args: {id: "{args.id}"}\n'
+            "    inverse_tool: tasks__set_status\n"
+            '    inverse_args: {id: "{args.id}", status: "{snapshot.status}"}\n'
+        ),
+        new="  tasks__complete_task: {classification: read}\n",
+        says="tasks__complete_task changed the state, but it is classified `read`",
+        caught_by="roundtrip",
+    ),
+    Variant(
+        # The condition is inverted: real renames are treated as reads, dry runs journaled.
+        name="mutating_when_inverted",
+        tool="tasks__rename_task",
+        old='    mutating_when: "!(args.dry_run)"',
+        new='    mutating_when: "args.dry_run"',
+        says="tasks__rename_task changed the state, but its mutating_when `args.dry_run` is false",
+    ),
+    Variant(
+        # A compensation that toggles is correct once and wrong when repeated after a crash.
+        name="idempotent_toggle",
+        tool="tasks__toggle_task",
+        old='    inverse_tool: tasks__toggle_task\n    inverse_args: {id: "{args.id}"}\n',
+        new='    inverse_tool: tasks__toggle_task\n    inverse_args: {id: "{args.id}"}\n'
+        "    idempotent: true\n",
+        says="tasks__toggle_task is marked `idempotent: true`, but running it a second time",
+    ),
+    Variant(
+        # Too broad: it also matches successful calls, which are then journaled as failed
+        # and never compensated.
+        name="error_when_matches_success",
+        tool="tasks__set_status",
+        old='    error_when: "result.ok == `false`"',
+        new="    error_when: \"result.ok == `false` || args.status == 'done'\"",
+        says="tasks__set_status changed the state, but its error_when `result.ok == `false` || "
+        "args.status == 'done'` matched",
     ),
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .broken import VARIANTS, Variant, cut, write_example
+from .broken import UNDO_FAILED, VARIANTS, Variant, cut, write_example
 from .conftest import EXAMPLES
 
 REGISTRY = EXAMPLES / "compensators.yaml"
@@ -50,16 +50,27 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
         "--compensator-report",
         str(report),
     )
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=12)
     out = result.stdout.str()
-    assert f"compensator: registry {REGISTRY}, seed {SEED}, examples 5, steps 20" in out
+    assert (
+        f"compensator: registry {REGISTRY}, seed {SEED} (from --compensator-seed), examples 5, "
+        "steps 20, min verified 5"
+    ) in out
     assert "compensators.yaml::roundtrip[tasks__delete_task] PASSED" not in out  # -q default
     assert "compensator undo coverage" in out
     assert "left out: tasks__purge_completed (irreversible)" in out
     assert "left out: tasks__restore_tasks (unknown: not in the registry)" in out
+    assert "left out: tasks__get_task" not in out  # reads are called, and checked
     data = json.loads(report.read_text())
     delete = data["tools"]["tasks__delete_task"]
     assert delete["calls"] > 0 and delete["verified"] == delete["undone"] > 0
+    assert data["reads"] == [
+        "tasks__get_task",
+        "tasks__get_task_tree",
+        "tasks__list_labels",
+        "tasks__list_tasks",
+    ]
+    assert all(data["tools"][read]["calls"] > 0 for read in data["reads"])
     assert data["reset_seconds_per_example"] < 1.0
 
 
@@ -67,15 +78,18 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.name)
 def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester, variant: Variant):
     config = variant.write(pytester.path)
-    result = run_quick(pytester, config, "-k", f"roundtrip and {variant.tool}")
+    result = run_quick(pytester, config, "-x", "-k", variant.selection)
     assert result.ret == 1
     out = result.stdout.str()
-    assert f"roundtrip[{variant.tool}] - " in out or f"roundtrip[{variant.tool}]" in out
-    assert "did not restore the state at the checkpoint" in out
-    assert f"tools undone: {variant.tool}" in out or variant.tool in out.split("tools undone:")[1]
+    assert variant.says in out
     assert "Calls (" in out
-    assert "Journal entries since the checkpoint:" in out
     assert "proxy and server stderr" in out
+    if variant.says == UNDO_FAILED:
+        assert f"roundtrip[{variant.tool}]" in out
+        assert variant.tool in out.split("tools undone:")[1]
+        assert "Journal entries since the checkpoint:" in out
+    else:
+        assert "State diff (expected = before the call, observed = after it):" in out
 
 
 @pytest.mark.thorough
@@ -104,7 +118,7 @@ def test_state_machine_is_skipped_once_a_round_trip_failed(pytester: pytest.Pyte
 def test_state_machine_catches_a_broken_registry(pytester: pytest.Pytester):
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
     config = variant.write(pytester.path)
-    result = run_quick(pytester, config, "-k", "state_machine", "--compensator-steps", "8")
+    result = run_quick(pytester, config, "-k", "state_machine")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "tools undone: tasks__complete_task" in out
@@ -149,7 +163,7 @@ def test_the_registry_is_collected_once_beside_other_tests(pytester: pytest.Pyte
     result = run(pytester, "--co", "-q", "--compensator-config", str(config))
     ids = [line for line in result.stdout.lines if "::" in line]
     assert ids[0].endswith("reg.yaml::load") and ids[-1].endswith("test_other.py::test_other")
-    assert len(ids) == len(set(ids)) == 12  # load, 9 round trips, the machine, test_other
+    assert len(ids) == len(set(ids)) == 13  # load, 10 round trips, the machine, test_other
 
 
 def test_ini_key_works_and_xdist_merges_coverage(pytester: pytest.Pytester):
@@ -204,22 +218,66 @@ def test_plugin_import_is_lazy():
 
 
 @pytest.mark.thorough
-def test_without_reset_every_example_gets_a_new_workdir_and_proxy(pytester: pytest.Pytester):
-    config = write_example(
-        pytester.path, "noreset", lambda t: cut(t, "# Lets the pytest plugin", "tools:\n")
-    )
+def test_without_reset_examples_get_fresh_state_by_undo(
+    pytester: pytest.Pytester,
+):
+    def no_reset(text: str) -> str:
+        return cut(text, "# Lets the pytest plugin", "tools:\n")
+
+    config = write_example(pytester.path, "noreset", no_reset)
     report = pytester.path / "coverage.json"
-    result = run(
-        pytester,
-        "--compensator-config",
-        str(config),
-        "--compensator-examples",
-        "3",
-        "--compensator-report",
-        str(report),
-        "-k",
-        "add_label",
-    )
+    options = ("--compensator-examples", "5", "--compensator-report", str(report))
+    result = run(pytester, "--compensator-config", str(config), *options, "-k", "add_label")
     result.assert_outcomes(passed=1)
-    # Restarting the proxy and server costs far more than a reset call.
-    assert json.loads(report.read_text())["reset_seconds_per_example"] > 0.2
+    data = json.loads(report.read_text())
+    # One proxy serves every example: each starts by undoing the one before.
+    assert data["fresh_state"] == (
+        "undo to the example's first checkpoint 5 times, a new proxy and servers once"
+    )
+
+    # A broken inverse is caught all the same.
+    [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
+    broken = write_example(pytester.path, "broken_noreset", lambda t: no_reset(variant.edit(t)))
+    result = run(
+        pytester, "--compensator-config", str(broken), "--compensator-report", str(report),
+        "-k", "roundtrip and tasks__complete_task",
+    )  # fmt: skip
+    result.assert_outcomes(failed=1)
+    assert "did not restore the state at the checkpoint" in result.stdout.str()
+
+
+def test_a_tool_whose_calls_never_succeed_fails_as_never_verified(pytester: pytest.Pytester):
+    def bogus_status(text: str) -> str:
+        return text.replace("status: {enum: [open, done, bogus]}", "status: {enum: [bogus]}")
+
+    config = write_example(pytester.path, "never", bogus_status)
+    result = run(
+        pytester, "--compensator-config", str(config), "--compensator-examples", "5",
+        "-k", "roundtrip and set_status",
+    )  # fmt: skip
+    # 5 examples ask for one verified undo (the default 5, at most one per five examples).
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "tasks__set_status never verified: 0 of its undos restored the state, at least 1" in out
+    assert "Most common errors of its failed calls:" in out
+    assert "status must be 'open' or 'done', not 'bogus'" in out
+
+    # The threshold is a setting: at 0 the same run passes.
+    result = run(
+        pytester, "--compensator-config", str(config), "--compensator-examples", "5",
+        "--compensator-min-verified", "0", "-k", "roundtrip and set_status",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+
+
+def test_hypothesis_seed_seeds_the_generated_tests(pytester: pytest.Pytester):
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--co", "--hypothesis-seed", "4242",
+        "--compensator-config", str(REGISTRY),
+    )  # fmt: skip
+    assert "seed 4242 (from --hypothesis-seed)" in result.stdout.str()
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--co", "--hypothesis-seed", "4242",
+        "--compensator-seed", "5", "--compensator-config", str(REGISTRY),
+    )  # fmt: skip
+    assert "seed 5 (from --compensator-seed)" in result.stdout.str()
