@@ -468,7 +468,8 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
                 before = recorder.observe()
                 target(_size(before), label="size of the state before the call")
                 checkpoint = recorder.checkpoint()
-                if plan.reads and data.draw(st.booleans(), label="a read after the checkpoint"):
+                read_now = data.draw(st.booleans(), label="a read after the checkpoint")
+                if read_now and plan.reads:
                     recorder.call_read(data)
                 recorder.call_drawn(data, tool)
                 recorder.undo_and_verify(checkpoint, before)

@@ -127,7 +127,7 @@ class Driver:
 
     def compensations_since(self, checkpoint_id: int) -> list[tuple[str, str, Any]]:
         """(tool of the change, compensating tool, its args) for every compensating call
-        that succeeded for a change after the checkpoint, in the order undo made them."""
+        that succeeded for a change after the checkpoint, the oldest change first."""
         journal = open_journal(self.db)
         try:
             checkpoint = journal.checkpoint(checkpoint_id)
