@@ -42,7 +42,6 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from compensator.journal import pid_alive
 from pytest_compensator.client import ProxyClient
 from tests.faults import tally
 
@@ -196,6 +195,15 @@ class Rig:
     def stderr_tail(self, lines: int = 25) -> list[str]:
         path = self.tmp / "proxy-stderr.log"
         return path.read_text().splitlines()[-lines:] if path.exists() else []
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, exited but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def wait_gone(pid: int, what: str) -> None:

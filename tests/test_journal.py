@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -88,24 +89,160 @@ def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
     assert [c.status for c in journal.compensations(change)] == ["ok"]
 
 
-def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_journal):
-    path = tmp_path / "j.db"
-    journal = open_journal(path)
-    mine = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
+_DIES_WITH_A_PENDING_CALL = """
+import os, sys
+from compensator.journal import Intent, SQLiteJournal
+journal = SQLiteJournal(sys.argv[1])
+change = journal.record_intent(Intent(tool="s__b", classification="reversible", args={}))
+journal.record_step_started(int(sys.argv[2]), 0, "s__undo", {})
+print(change, journal.session, flush=True)
+os._exit(0)  # no close(): as a killed proxy, it never says it ended
+"""
+
+
+def _die_with_a_pending_call(path: Path, change_to_claim: int) -> tuple[int, str]:
+    """A session in another process that records a call and starts a compensating step, then
+    dies; its change id and session."""
+    done = subprocess.run(
+        [sys.executable, "-c", _DIES_WITH_A_PENDING_CALL, str(path), str(change_to_claim)],
         capture_output=True,
         text=True,
         check=True,
     )
-    orphan = journal.record_intent(Intent(tool="s__b", classification="reversible", args={}))
-    db = raw(path)
-    db.execute("UPDATE changes SET pid = ? WHERE id = ?", (int(dead.stdout), orphan))
-    db.close()
+    change, session = done.stdout.split()
+    return int(change), session
+
+
+@pytest.mark.parametrize("pid", ["dead", "reused"])
+def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_journal, pid: str):
+    path = tmp_path / "j.db"
+    journal = open_journal(path)
+    mine = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    journal.record_outcome(mine, status=Status.OK)
+    pending = journal.record_intent(Intent(tool="s__c", classification="reversible", args={}))
+    orphan, session = _die_with_a_pending_call(path, mine)
+    if pid == "reused":
+        # The dead process's id now belongs to a live process (this one): pid 1 in one
+        # container is pid 1 in the next, and a busy host hands ids out again.
+        db = raw(path)
+        db.execute("UPDATE changes SET pid = ? WHERE id = ?", (os.getpid(), orphan))
+        db.execute("UPDATE compensations SET pid = ? WHERE change_id = ?", (os.getpid(), mine))
+        db.execute("UPDATE sessions SET pid = ? WHERE id = ?", (os.getpid(), session))
+        db.close()
+    (step,) = journal.compensations(mine)
+    assert step.status == StepStatus.STARTED and step.session == session
+    assert not journal.started_elsewhere(step), "a dead session's step counts as running"
+    assert journal.recover_abandoned() == 1
+    assert journal.change(orphan).status == Status.UNKNOWN
+    assert "stopped before the outcome" in journal.change(orphan).error
+    assert journal.change(pending).status == Status.PENDING  # this process is alive
     reopened = open_journal(path)
-    assert reopened.change(orphan).status == Status.UNKNOWN
-    assert "stopped before the outcome" in reopened.change(orphan).error
-    assert reopened.change(mine).status == Status.PENDING  # this process is alive
+    assert reopened.change(pending).status == Status.PENDING, "a live session's call was settled"
+
+
+def test_a_live_sessions_step_is_started_elsewhere_for_another_store(tmp_path, open_journal):
+    path = tmp_path / "j.db"
+    first, second = open_journal(path), open_journal(path)
+    change = first.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    first.record_outcome(change, status=Status.OK)
+    first.record_step_started(change, 0, "s__undo", {})
+    (step,) = second.compensations(change)
+    assert second.started_elsewhere(step)
+    assert not first.started_elsewhere(step)
+    first.close()
+    assert not second.started_elsewhere(step), "a closed session still counts as running"
+
+
+def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_path, open_journal):
+    path = tmp_path / "j.db"
+    first = Journal(path)
+    agent = first.agent
+    checkpoint = first.create_checkpoint("before")
+    first.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    first.close()
+    second = open_journal(path)  # started after the first ended: the same agent
+    assert second.agent == agent and second.session != first.session
+    later = second.record_intent(Intent(tool="s__b", classification="reversible", args={}))
+    concurrent = open_journal(path)  # while the second runs: another agent
+    assert concurrent.agent not in (None, agent)
+    theirs = concurrent.record_intent(Intent(tool="s__c", classification="reversible", args={}))
+    named = open_journal_named(path, "team")
+    assert named.agent == "team"
+    named.close()
+    assert open_journal_named(path, "team").agent == "team"
+    assert [c.tool for c in second.open_changes(checkpoint, agent=agent)] == ["s__b", "s__a"]
+    assert [c.id for c in second.open_changes(checkpoint, agent=concurrent.agent)] == [theirs]
+    assert len(second.open_changes(checkpoint)) == 3  # every agent's
+    assert second.change(later).agent == agent
+    assert [cp.id for cp in second.checkpoints(agent)] == [checkpoint.id]
+    assert second.checkpoints(concurrent.agent) == []
+    person = Journal(path, person=True)
+    assert person.agent is None
+    person.close()
+    # A person's session is never continued: the next proxy is still the first agent's.
+    second.close()
+    assert open_journal(path).agent == agent
+
+
+def open_journal_named(path: Path, agent: str) -> Journal:
+    journal = Journal(path, agent=agent)
+    return journal
+
+
+def test_a_journal_of_schema_2_migrates_with_each_old_session_an_agent(tmp_path: Path):
+    path = tmp_path / "j.db"
+    db = raw(path)
+    from compensator.journal.sqlite import MIGRATIONS
+
+    for number, script in enumerate(MIGRATIONS[:2], 1):
+        for statement in script.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={number}")
+    db.execute(
+        "INSERT INTO checkpoints (label, created_at, last_change_id, session) "
+        "VALUES ('old', '2026-01-01T00:00:00+00:00', 0, 'aaaa')"
+    )
+    db.execute(
+        "INSERT INTO changes (checkpoint_id, tool, classification, status, args, pid, "
+        "created_at, session) VALUES (1, 's__a', 'reversible', 'ok', '{}', 1, "
+        "'2026-01-01T00:00:01+00:00', 'aaaa')"
+    )
+    db.close()
+    journal = Journal(path)
+    try:
+        assert journal.agent == "aaaa", "the old session's agent is continued"
+        checkpoint = journal.checkpoint(1)
+        assert checkpoint is not None and checkpoint.agent == "aaaa"
+        assert [c.tool for c in journal.open_changes(checkpoint, agent="aaaa")] == ["s__a"]
+    finally:
+        journal.close()
+
+
+def test_a_write_the_journal_cannot_take_says_what_to_do(tmp_path: Path):
+    path = tmp_path / "j.db"
+    Journal(path).close()
+    reader = Journal(path, read_only=True)
+    try:
+        with pytest.raises(JournalError, match="the journal file is read-only"):
+            reader.create_checkpoint("x")
+    finally:
+        reader.close()
+    full = Journal(path)
+    try:
+        # SQLite's own limit on the file's size: the writes fail as on a full disk.
+        pages = full.pragma("page_count")
+        full._db.execute(f"PRAGMA max_page_count={pages}")
+        with pytest.raises(JournalError, match="the journal's disk is full"):
+            for _ in range(1000):
+                full.record_intent(
+                    Intent(tool="s__a", classification="reversible", args={"n": "x" * 4000})
+                )
+        assert not full._db.in_transaction, "the failed write left its transaction open"
+        full._db.execute(f"PRAGMA max_page_count={pages * 100}")
+        assert full.create_checkpoint("after").id == 1, "the journal cannot write again"
+    finally:
+        full.close()
 
 
 def test_default_path_is_per_registry_and_overridable(tmp_path: Path, monkeypatch):

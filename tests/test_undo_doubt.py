@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,25 +81,25 @@ def setup(tmp_path: Path, *, verify: bool = False, idempotent: bool = False):
     return registry, journal, cp, change
 
 
-def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait()
-    return child.pid
+def gone_session() -> str:
+    """A session that has ended: no process holds its lock (it never had one)."""
+    return uuid.uuid4().hex
 
 
-def leave_in_flight(journal: Journal, change: int, pid: int) -> None:
-    """What a process killed mid-compensation leaves: a step `started`, never finished."""
+def leave_in_flight(journal: Journal, change: int, session: str) -> None:
+    """What a process killed mid-compensation leaves: a step `started`, never finished.
+    Its pid is this live process's: a pid that was handed out again must not matter."""
     journal.record_step_started(change, 0, "s__set", {"key": "k", "value": "before"})
     with sqlite3.connect(journal.path) as conn:
-        conn.execute("UPDATE compensations SET pid = ?", (pid,))
+        conn.execute("UPDATE compensations SET session = ?, pid = ?", (session, os.getpid()))
     conn.close()
 
 
 async def test_an_in_doubt_step_is_reported_not_rerun(tmp_path):
     registry, journal, cp, change = setup(tmp_path)
-    leave_in_flight(journal, change, dead_pid())
+    leave_in_flight(journal, change, gone_session())
     servers = Servers()
-    report = await Undoer(journal, registry, servers).undo_to(cp.id)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id)
     [skipped] = report.skipped
     assert skipped["reason"].startswith("in doubt: compensating call s__set (step 1)")
     assert "force=true" in skipped["reason"]
@@ -110,57 +109,58 @@ async def test_an_in_doubt_step_is_reported_not_rerun(tmp_path):
 
 async def test_force_reruns_an_in_doubt_step_once(tmp_path):
     registry, journal, cp, change = setup(tmp_path)
-    leave_in_flight(journal, change, dead_pid())
+    leave_in_flight(journal, change, gone_session())
     servers = Servers()
-    report = await Undoer(journal, registry, servers).undo_to(cp.id, force=True)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, force=True)
     assert [e["id"] for e in report.undone] == [change]
-    again = await Undoer(journal, registry, servers).undo_to(cp.id, force=True)
+    again = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, force=True)
     assert again.undone == again.skipped == []
     assert servers.sets == [{"key": "k", "value": "before"}]
 
 
 async def test_an_idempotent_compensating_tool_is_rerun(tmp_path):
     registry, journal, cp, change = setup(tmp_path, idempotent=True)
-    leave_in_flight(journal, change, dead_pid())
+    leave_in_flight(journal, change, gone_session())
     servers = Servers()
-    report = await Undoer(journal, registry, servers).undo_to(cp.id)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id)
     assert [e["id"] for e in report.undone] == [change]
     assert servers.sets == [{"key": "k", "value": "before"}]
 
 
 async def test_verify_reruns_when_the_state_shows_it_did_not_apply(tmp_path):
     registry, journal, cp, change = setup(tmp_path, verify=True)
-    leave_in_flight(journal, change, dead_pid())
+    leave_in_flight(journal, change, gone_session())
     servers = Servers()  # still "after": the interrupted call never reached the store
-    report = await Undoer(journal, registry, servers).undo_to(cp.id)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id)
     assert [e["id"] for e in report.undone] == [change]
     assert servers.store == {"k": "before"}
 
 
 async def test_verify_does_not_rerun_when_the_state_moved(tmp_path):
     registry, journal, cp, change = setup(tmp_path, verify=True)
-    leave_in_flight(journal, change, dead_pid())
+    leave_in_flight(journal, change, gone_session())
     servers = Servers()
     servers.store["k"] = "before"  # the interrupted call did apply
-    report = await Undoer(journal, registry, servers).undo_to(cp.id)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id)
     assert report.skipped[0]["reason"].startswith("in doubt:")
     assert servers.sets == []
 
 
 async def test_a_step_a_live_process_is_running_is_left_to_it(tmp_path):
     registry, journal, cp, change = setup(tmp_path, idempotent=True)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        leave_in_flight(journal, change, other.pid)
-        servers = Servers()
-        report = await Undoer(journal, registry, servers).undo_to(cp.id, force=True)
-        assert report.skipped[0]["reason"] == (
-            f"being compensated by process {other.pid}; undo again once it has finished"
-        )
-        assert servers.sets == []
-    finally:
-        other.kill()
-        other.wait()
+    other = opened(Journal(journal.path))  # another live session on the same file
+    leave_in_flight(journal, change, other.session)
+    servers = Servers()
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, force=True)
+    assert report.skipped[0]["reason"] == (
+        f"being compensated by another live process (pid {os.getpid()}); undo again once it "
+        "has finished"
+    )
+    assert servers.sets == []
+    other.close()  # it ends without finishing: the step is in doubt, and force re-runs it
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, force=True)
+    assert [e["id"] for e in report.undone] == [change]
+    assert servers.sets == [{"key": "k", "value": "before"}]
 
 
 def test_a_step_claim_fails_when_another_process_recorded_it_first(tmp_path):
@@ -202,7 +202,7 @@ async def test_a_classification_this_version_does_not_know_is_refused_by_name(tm
     newer = journal.record_intent(Intent(tool="s__put", classification="quarantined", args={}))
     journal.record_outcome(newer, status=Status.OK, result={})
     servers = Servers()
-    report = await Undoer(journal, registry, servers).undo_to(cp.id, dry_run=True)
+    report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, dry_run=True)
     [skipped] = report.skipped
     assert skipped["id"] == newer
     assert "records classification 'quarantined'" in skipped["reason"]

@@ -13,7 +13,9 @@ from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, default_journal_path
 
 __all__ = [
+    "add_agent_argument",
     "add_registry_arguments",
+    "agent_name",
     "checkpoint_title",
     "compact",
     "journal_path",
@@ -28,6 +30,15 @@ def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> 
     registry's journal take them."""
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
     parser.add_argument("--db", type=Path, default=None, help=db_help)
+
+
+def add_agent_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--agent", metavar="NAME", default=None, help=help)
+
+
+def agent_name(agent: str | None) -> str:
+    """How a change's agent reads: `agent 3f2a9c1b`, or `a person` for none."""
+    return "a person" if agent is None else f"agent {agent}"
 
 
 def plural(count: int, noun: str) -> str:

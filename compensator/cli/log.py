@@ -16,7 +16,16 @@ from typing import Any
 
 from ..errors import CompensatorError
 from ..journal import Change, Checkpoint, JournalStore, Status, open_journal
-from .common import checkpoint_title, compact, journal_path, local_time, no_such_checkpoint, plural
+from .common import (
+    add_agent_argument,
+    agent_name,
+    checkpoint_title,
+    compact,
+    journal_path,
+    local_time,
+    no_such_checkpoint,
+    plural,
+)
 from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
 __all__ = ["LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
@@ -31,6 +40,7 @@ _COLUMNS = (
     Column(header="STATUS"),
     Column(header="ARGS", overflow="truncate", min_width=16),
 )
+_AGENT_COLUMN = Column(header="AGENT", overflow="truncate", min_width=8)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,15 +58,21 @@ class Listing:
 # -- selection ----------------------------------------------------------------------------
 
 
-def select(journal: JournalStore, *, checkpoint_id: int | None, everything: bool) -> Listing:
+def select(
+    journal: JournalStore,
+    *,
+    checkpoint_id: int | None,
+    everything: bool,
+    agent: str | None = None,
+) -> Listing:
     """Open changes that did something (all changes with `everything`), after a checkpoint
-    when one is given; the checkpoints taken from that one on."""
+    when one is given, of one agent when one is given; the checkpoints taken from that one on."""
     floor = journal.checkpoint(checkpoint_id) if checkpoint_id is not None else None
     if checkpoint_id is not None and floor is None:
         raise CompensatorError(no_such_checkpoint(journal, checkpoint_id))
     after = 0 if floor is None else floor.last_change_id
-    changes = [c for c in journal.all_changes() if c.id > after]
-    checkpoints = [cp for cp in journal.checkpoints() if floor is None or cp.id >= floor.id]
+    changes = [c for c in journal.all_changes() if c.id > after and agent in (None, c.agent)]
+    checkpoints = [cp for cp in journal.checkpoints(agent) if floor is None or cp.id >= floor.id]
     if everything:
         return Listing(journal=journal.location, checkpoints=checkpoints, changes=changes)
     undone = [c for c in changes if c.undone_at is not None]
@@ -95,8 +111,11 @@ def status_text(change: Change) -> str:
 def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
     lines = [f"compensator log: {listing.journal}", ""]
     if listing.changes or listing.checkpoints:
-        rows = [_row(entry, style, width) for entry in timeline(listing)]
-        lines.extend(render_table(_COLUMNS, rows, width=width, style=style))
+        # Several agents' changes: a column says whose each one is.
+        several = len({change.agent for change in listing.changes}) > 1
+        rows = [_row(entry, style, width, several) for entry in timeline(listing)]
+        columns = (*_COLUMNS[:3], _AGENT_COLUMN, *_COLUMNS[3:]) if several else _COLUMNS
+        lines.extend(render_table(columns, rows, width=width, style=style))
     else:
         lines.append("The journal holds no checkpoints and no changes yet.")
     footer = _hidden(listing)
@@ -105,16 +124,21 @@ def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
     return "\n".join(lines)
 
 
-def _row(entry: Checkpoint | Change, style: Styler, width: int) -> Sequence[str | Cell] | Rule:
+def _row(
+    entry: Checkpoint | Change, style: Styler, width: int, several: bool
+) -> Sequence[str | Cell] | Rule:
     if isinstance(entry, Checkpoint):
-        title = f"── {checkpoint_title(entry)} "
+        whose = f"by {agent_name(entry.agent)} " if several else ""
+        title = f"── {checkpoint_title(entry)} {whose}"
         return Rule(text=title + "─" * max(width - len(title), 0), style="cyan")
     undone = entry.undone_at is not None
     status_style = "dim" if undone else _STATUS_STYLES.get(entry.status, "yellow")
+    agent = [agent_name(entry.agent)] if several else []
     return [
         local_time(entry.created_at),
         "-" if entry.checkpoint_id is None else str(entry.checkpoint_id),
         str(entry.id),
+        *agent,
         entry.tool,
         entry.classification,
         Cell(text=status_text(entry), style=status_style),
@@ -137,7 +161,8 @@ def render_json(listing: Listing) -> str:
     document = {
         "journal": str(listing.journal),
         "checkpoints": [
-            {**cp.to_json(), "last_change_id": cp.last_change_id} for cp in listing.checkpoints
+            {**cp.to_json(), "last_change_id": cp.last_change_id, "agent": cp.agent}
+            for cp in listing.checkpoints
         ],
         "changes": [_change_json(change) for change in listing.changes],
         "hidden": {"undone": listing.hidden_undone, "failed": listing.hidden_failed},
@@ -145,7 +170,7 @@ def render_json(listing: Listing) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False, default=str)
 
 
-_JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note")
+_JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note", "session")
 """What `log --json` shows of a change beyond what `list_changes` does."""
 
 
@@ -162,8 +187,10 @@ examples:
   compensator log --db ./journal.db --all              # undone changes and failed calls too
   compensator log --db ./journal.db --json | jq '.changes[].tool'
 
-Changes are listed newest first with the checkpoints between them. The journal is opened
-read-only: it is safe while a proxy writes it, and a missing journal is an error (exit 1).
+Changes are listed newest first with the checkpoints between them. When several agents
+share the journal, an AGENT column says whose each change is (a restarted proxy continues its
+agent); --agent NAME shows one agent's. The journal is opened read-only: it is safe while a
+proxy writes it, and a missing journal is an error (exit 1).
 """
 
 
@@ -185,6 +212,7 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print JSON (checkpoints and changes, full args)"
     )
+    add_agent_argument(parser, "only this agent's checkpoints and changes (default: every agent's)")
 
 
 def run_log(args: argparse.Namespace) -> int:
@@ -195,7 +223,9 @@ def run_log(args: argparse.Namespace) -> int:
     journal: JournalStore | None = None
     try:
         journal = open_journal(journal_path(args.db, args.config), read_only=True)
-        listing = select(journal, checkpoint_id=args.checkpoint, everything=args.all)
+        listing = select(
+            journal, checkpoint_id=args.checkpoint, everything=args.all, agent=args.agent
+        )
     except CompensatorError as exc:
         print(f"compensator log: {exc}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,13 +34,17 @@ async def serve(
     fsync: bool = False,
     http: HttpEndpoint | None = None,
     client_name: str = CLIENT_NAME,
+    agent: str | None = None,
 ) -> None:
     """Load the registry, start the downstream servers, and serve one client over stdio, or
     any number over streamable HTTP on `http` (compensator/wire/http_serve.py). `client_name` is
-    what the client calls the proxy, for the start-up warning about long tool names."""
+    what the client calls the proxy, for the start-up warning about long tool names. `agent`
+    names the agent this proxy works for (None: it continues the last one that ended)."""
     registry = load_registry(config, environ=registry_environment())
-    journal = open_journal(db, fsync=fsync)
-    log.info("journal: %s, session: %s", journal.location, journal.session)
+    journal = open_journal(db, fsync=fsync, agent=agent)
+    log.info(
+        "journal: %s, session: %s, agent: %s", journal.location, journal.session, journal.agent
+    )
     _report_unknown(journal)
     try:
         # The relay outlives the pool: a refresh it runs may still await a server's answer.
@@ -127,6 +132,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "crashed or killed proxy still loses nothing",
     )
     parser.add_argument(
+        "--agent",
+        metavar="NAME",
+        default=os.environ.get("COMPENSATOR_AGENT") or None,
+        help="the agent this proxy works for: checkpoints, list_changes and undo_to cover only "
+        "this agent's changes. Default: $COMPENSATOR_AGENT, else the agent of the last proxy on "
+        "this journal that has ended (a restarted proxy carries on), else a new one. Name it "
+        "when several agents take turns on one journal",
+    )
+    parser.add_argument(
         "--http",
         metavar="HOST:PORT",
         default=None,
@@ -159,7 +173,8 @@ def run_serve(args: argparse.Namespace) -> int:
     db = args.db if args.db is not None else default_journal_path(args.config)
     try:
         client_name = getattr(args, "client_name", CLIENT_NAME)
-        anyio.run(serve, args.config, db, args.fsync, http, client_name)
+        agent = getattr(args, "agent", None)
+        anyio.run(serve, args.config, db, args.fsync, http, client_name, agent)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2

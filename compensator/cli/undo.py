@@ -21,7 +21,9 @@ from ..proxy import CallOutcome, Progress, Undoer, UndoReport, undo_caller
 from ..registry import Registry, load_registry, registry_environment
 from ..wire import STARTUP_TIMEOUT, DownstreamPool
 from .common import (
+    add_agent_argument,
     add_registry_arguments,
+    agent_name,
     checkpoint_title,
     compact,
     journal_path,
@@ -46,6 +48,7 @@ _PLAN_COLUMNS = (
     Column(header="TOOL", overflow="truncate", min_width=16),
     Column(header="PLAN", overflow="wrap", min_width=30),
 )
+_AGENT_COLUMN = Column(header="AGENT", overflow="truncate", min_width=8)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,12 +82,17 @@ def _checkpoint(journal: JournalStore, checkpoint_id: int) -> Checkpoint:
 
 
 async def make_plan(
-    registry: Registry, path: Path, checkpoint_id: int, force: bool = False
+    registry: Registry,
+    path: Path,
+    checkpoint_id: int,
+    force: bool = False,
+    agent: str | None = None,
 ) -> Plan:
+    """`agent`: only that agent's changes; None: every agent's."""
     journal = open_journal(path, read_only=True)
     try:
         checkpoint = _checkpoint(journal, checkpoint_id)
-        undoer = Undoer(journal, registry, _no_calls)
+        undoer = Undoer(journal, registry, _no_calls, agent=agent)
         report = await undoer.undo_to(checkpoint.id, dry_run=True, force=force)
     finally:
         journal.close()
@@ -98,9 +106,11 @@ async def undo(
     startup_timeout: float,
     progress: Progress,
     force: bool = False,
+    agent: str | None = None,
 ) -> UndoReport:
-    """Start the servers and undo every open change after the checkpoint, newest first."""
-    journal = open_journal(path)
+    """Start the servers and undo every open change after the checkpoint, newest first (only
+    `agent`'s when given, else every agent's)."""
+    journal = open_journal(path, person=True)
     try:
         checkpoint = _checkpoint(journal, checkpoint_id)
         async with DownstreamPool(
@@ -108,7 +118,7 @@ async def undo(
         ) as pool:
             for name, reason in pool.failures.items():
                 print(f"compensator undo: server {name!r} did not start: {reason}", file=sys.stderr)
-            undoer = Undoer(journal, registry, undo_caller(registry, pool))
+            undoer = Undoer(journal, registry, undo_caller(registry, pool), agent=agent)
             return await undoer.undo_to(checkpoint.id, progress=progress, force=force)
     finally:
         journal.close()
@@ -124,7 +134,15 @@ def render_plan(plan: Plan, *, width: int, style: Styler) -> str:
         lines.append(f"Nothing to undo after checkpoint {plan.checkpoint.id}.")
         return "\n".join(lines)
     rows = [[str(entry["id"]), entry["tool"], _plan_cell(kind, entry)] for kind, entry in entries]
-    lines.extend(render_table(_PLAN_COLUMNS, rows, width=width, style=style))
+    columns: tuple[Column, ...] = _PLAN_COLUMNS
+    if len({entry["agent"] for _, entry in entries}) > 1:
+        # Several agents' changes: say whose each one is.
+        columns = (_PLAN_COLUMNS[0], _AGENT_COLUMN, *_PLAN_COLUMNS[1:])
+        rows = [
+            [row[0], agent_name(entry["agent"]), *row[1:]]
+            for row, (_, entry) in zip(rows, entries, strict=True)
+        ]
+    lines.extend(render_table(columns, rows, width=width, style=style))
     report = plan.report
     lines.extend(["", "Plan: " + _counts(report, future=True)])
     return "\n".join(lines)
@@ -180,10 +198,12 @@ examples:
 
 The same undo as the `undo_to` meta tool: every change after checkpoint 3 that is not undone
 yet is compensated, newest first, by the registry's servers (started here, as `check` starts
-them). Run it while the agent is idle: a proxy on the same journal keeps serving, but calls
-it makes during the undo are not held back. Exit 0 when everything planned was undone, 1 when
-anything was skipped or the checkpoint does not exist, 2 when confirmation was needed but
-stdin is not a terminal.
+them). It covers every agent's changes, as `log` lists them (a column says whose each is
+when there are several); --agent NAME keeps to one agent's, which is what that agent's own
+`undo_to(3)` takes back. Run it while the agent is idle: a proxy on the same journal keeps
+serving, but calls it makes during the undo are not held back. Exit 0 when everything planned
+was undone, 1 when anything was skipped or the checkpoint does not exist, 2 when confirmation
+was needed but stdin is not a terminal.
 """
 
 
@@ -200,6 +220,7 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
         help="also compensate changes skipped for drift, and re-run compensating calls left in "
         "doubt by an interrupted undo: only after you checked them by hand",
     )
+    add_agent_argument(parser, "undo only this agent's changes (default: every agent's)")
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
 
 
@@ -209,7 +230,7 @@ def run_undo(args: argparse.Namespace) -> int:
     try:
         registry = load_registry(args.config, environ=registry_environment())
         path = journal_path(args.db, args.config)
-        plan = anyio.run(make_plan, registry, path, args.to, args.force)
+        plan = anyio.run(make_plan, registry, path, args.to, args.force, args.agent)
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1
@@ -248,7 +269,9 @@ def _run(args: argparse.Namespace, registry: Registry, path: Path, style: Styler
         print(progress_line(kind, entry, style), flush=True)
 
     try:
-        report = anyio.run(undo, registry, path, args.to, args.startup_timeout, show, args.force)
+        report = anyio.run(
+            undo, registry, path, args.to, args.startup_timeout, show, args.force, args.agent
+        )
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ from .records import (
     StepStatus,
     latest_steps,
 )
-from .sqlite import SCHEMA_VERSION, SQLiteJournal, pid_alive
+from .sqlite import SCHEMA_VERSION, SQLiteJournal
 from .store import JournalStore, default_journal_path, open_journal
 
 __all__ = [
@@ -36,5 +36,4 @@ __all__ = [
     "default_journal_path",
     "latest_steps",
     "open_journal",
-    "pid_alive",
 ]

@@ -59,15 +59,16 @@ class StepOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class Checkpoint:
-    """A moment to undo back to: every change after `last_change_id` (by the checkpoint's
-    session or the asking one) comes after it. Ids and `created_at` (ISO 8601, UTC) are
-    handed out by the store."""
+    """A moment to undo back to: every change after `last_change_id` comes after it. Ids and
+    `created_at` (ISO 8601, UTC) are handed out by the store; `agent` is the agent that took
+    it (None: a person)."""
 
     id: int
     label: str | None
     created_at: str
     last_change_id: int
     session: str | None = None
+    agent: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "label": self.label, "created_at": self.created_at}
@@ -93,6 +94,7 @@ class Change:
     undone_at: str | None
     undo_note: str | None
     session: str | None = None
+    agent: str | None = None
     post_state: Any = None
     post_state_error: str | None = None
     post_state_recorded: bool = False
@@ -107,6 +109,7 @@ class Change:
             "status": self.status,
             "args": self.args,
             "created_at": self.created_at,
+            "agent": self.agent,
         }
 
     def context(self) -> dict[str, Any]:
@@ -122,7 +125,7 @@ class Change:
 @dataclass(frozen=True, kw_only=True)
 class Compensation:
     """One record of a compensating call (one step of a change's inverse); a step that was
-    retried has several, the newest last. `pid` is the process that started it."""
+    retried has several, the newest last. `session` started it (in process `pid`)."""
 
     id: int
     change_id: int
@@ -133,6 +136,7 @@ class Compensation:
     error: str | None
     created_at: str
     pid: int | None = None
+    session: str | None = None
 
 
 def latest_steps(records: list[Compensation]) -> dict[int, Compensation]:

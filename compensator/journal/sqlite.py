@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
 import sqlite3
 import threading
 import uuid
@@ -16,7 +18,7 @@ from typing import Any
 from ..errors import JournalError
 from .records import Change, Checkpoint, Compensation, Intent, Status, StepOutcome, StepStatus
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal", "pid_alive"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal"]
 
 MIGRATIONS: tuple[str, ...] = (
     # 0 -> 1
@@ -67,6 +69,29 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE compensations ADD COLUMN pid INTEGER;
     CREATE INDEX changes_session ON changes (session, id);
     """,
+    # 2 -> 3: agents (a proxy restarted continues its agent), liveness by lock, not by pid
+    """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        agent TEXT,
+        named INTEGER NOT NULL DEFAULT 0,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at TEXT NOT NULL,
+        ended_at TEXT
+    );
+    INSERT INTO sessions (id, agent, host, pid, started_at, ended_at)
+        SELECT session, session, '', 0, MIN(created_at), MIN(created_at) FROM (
+            SELECT session, created_at FROM changes
+            UNION ALL SELECT session, created_at FROM checkpoints
+        ) WHERE session IS NOT NULL GROUP BY session;
+    ALTER TABLE checkpoints ADD COLUMN agent TEXT;
+    ALTER TABLE changes ADD COLUMN agent TEXT;
+    ALTER TABLE compensations ADD COLUMN session TEXT;
+    UPDATE checkpoints SET agent = session;
+    UPDATE changes SET agent = session;
+    CREATE INDEX changes_agent ON changes (agent, id);
+    """,
 )
 """The schema, one script per version: entry N takes a journal from version N to N + 1."""
 
@@ -74,10 +99,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 _CHANGE_COLUMNS = (
     "id, checkpoint_id, tool, classification, status, args, snapshot, snapshot_error, "
-    "result, error, created_at, completed_at, undone_at, undo_note, session, post_state, "
-    "post_state_error"
+    "result, error, created_at, completed_at, undone_at, undo_note, session, agent, "
+    "post_state, post_state_error"
 )
-_COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid"
+_CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent"
+_COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid, session"
 _JSON_COLUMNS = ("args", "snapshot", "result", "post_state")
 
 
@@ -100,19 +126,85 @@ def _create_private(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine. A zombie (exited, not yet reaped
-    by its parent) does not: it will never finish what it started."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+class _SessionLocks:
+    """Which sessions are alive: each live session holds an exclusive `flock` on a file of its
+    own in `<journal>-sessions/`. The operating system drops the lock the moment its process
+    ends, however it ends, so unlike a process id it cannot be mistaken for a new process that
+    got the same id (containers, where the proxy is often pid 1, or a busy host)."""
+
+    def __init__(self, journal: Path) -> None:
+        self.folder = journal.with_name(journal.name + "-sessions")
+
+    def _file(self, session: str) -> Path:
+        return self.folder / f"{session}.lock"
+
+    def hold(self, session: str) -> int:
+        """Take the lock of a new session; the descriptor to keep open while it lives."""
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self._file(session), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def release(self, session: str, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            self._file(session).unlink()
+        os.close(fd)
+
+    def alive(self, session: str) -> bool:
+        """Whether the session's lock is held. When that cannot be told (a lock file that
+        cannot be opened), alive: the safe side, which never re-runs or settles its work."""
+        try:
+            fd = os.open(self._file(session), os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
         return False
-    except PermissionError:
-        return True
-    try:  # Linux: the state is the first field after the command name in parentheses
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+
+    def forget(self, session: str) -> None:
+        """Remove the lock file of a session found dead."""
+        with contextlib.suppress(OSError):
+            self._file(session).unlink()
+
+
+_PERSON_FIXES = {
+    "SQLITE_FULL": "the journal's disk is full; free some space",
+    "SQLITE_READONLY": "the journal file is read-only; make it writable or pass --db with "
+    "a writable path",
+    "SQLITE_BUSY": "the journal stayed locked by another process for too long; "
+    "find the process holding it (fuser FILE)",
+    "SQLITE_CORRUPT": "the journal file is damaged; keep a copy and check it with "
+    "`sqlite3 FILE 'PRAGMA integrity_check'`",
+    "SQLITE_CANTOPEN": "the journal file cannot be opened; check the path and its folder",
+}
+_IO_FIX = "the journal cannot be written to its disk (full, or failing); free some space"
+
+
+def _person_sentence(exc: sqlite3.Error) -> str:
+    """What a person can do about a SQLite error, from its error code."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    for prefix, fix in _PERSON_FIXES.items():
+        if name.startswith(prefix):
+            return fix
+    if name.startswith("SQLITE_IOERR") or "disk I/O error" in str(exc):
+        return _IO_FIX
+    if "readonly" in str(exc):
+        return _PERSON_FIXES["SQLITE_READONLY"]
+    if "database or disk is full" in str(exc):
+        return _PERSON_FIXES["SQLITE_FULL"]
+    return "see the error above"
 
 
 class SQLiteJournal:
@@ -129,18 +221,31 @@ class SQLiteJournal:
     `read_only=True` opens an existing journal for reading, e.g. while a proxy writes it: the
     file is never created, migrated or recovered, and every write raises JournalError.
 
-    Several processes may share one journal file. Each store is one `session` (new on every
-    open). A session is alive while its process runs: pending calls and started compensating
-    steps of a process that is gone are what `recover_abandoned` and `started_elsewhere` judge.
+    Several processes may share one journal file. Each writing store is one *session* (new on
+    every open), and each session works for one *agent*: the name given (`agent=`), else the
+    agent of the most recent session that has ended and that no live session continues, else a
+    new one. So a proxy that is restarted (after a crash, or for every new conversation)
+    continues its agent, while proxies that run at the same time are separate agents.
+    `person=True` is a person at a terminal: its session works for no agent. A session is
+    alive while its process holds its lock (`_SessionLocks`).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, read_only: bool = False, fsync: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        fsync: bool = False,
+        agent: str | None = None,
+        person: bool = False,
     ) -> None:
         self.path = Path(path)
         self.session = uuid.uuid4().hex
+        self.agent: str | None = None
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._lock = threading.Lock()
+        self._locks = _SessionLocks(self.path)
+        self._held: int | None = None
         if read_only:
             self._open_read_only()
             return
@@ -159,16 +264,50 @@ class SQLiteJournal:
         try:
             self._configure()
             self._migrate()
+            self._held = self._locks.hold(self.session)
+            self._begin_session(agent, person=person)
             self.recover_abandoned()
         except BaseException as exc:
             self._db.close()
-            cause = exc if isinstance(exc, sqlite3.Error) else exc.__cause__
-            if isinstance(cause, sqlite3.Error):
+            if self._held is not None:
+                self._locks.release(self.session, self._held)
+            cause = exc if isinstance(exc, (sqlite3.Error, OSError)) else exc.__cause__
+            if isinstance(cause, (sqlite3.Error, OSError)):
                 raise JournalError(
                     f"cannot use journal {self.path}: {cause}. Pass --db with a journal file "
                     "written by compensator, or a new path."
                 ) from exc
             raise
+
+    def _begin_session(self, name: str | None, *, person: bool) -> None:
+        with self._transaction() as tx:
+            self._end_dead_sessions(tx)
+            if person:
+                agent = None
+            elif name is not None:
+                agent = name
+            else:
+                # The newest unnamed agent none of whose sessions is alive, else a new one.
+                agent = tx.scalar(
+                    "SELECT (SELECT agent FROM sessions WHERE named = 0 AND agent IS NOT NULL "
+                    "AND agent NOT IN (SELECT agent FROM sessions WHERE ended_at IS NULL "
+                    "AND agent IS NOT NULL) ORDER BY rowid DESC LIMIT 1)"
+                )
+                if agent is None:
+                    agent = self.session[:8]
+            tx.execute(
+                "INSERT INTO sessions (id, agent, named, host, pid, started_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (self.session, agent, name is not None, socket.gethostname(), os.getpid(), _now()),
+            )
+        self.agent = agent
+
+    def _end_dead_sessions(self, tx: _Tx) -> None:
+        rows = tx.execute("SELECT id FROM sessions WHERE ended_at IS NULL").fetchall()
+        for row in rows:
+            if row["id"] != self.session and not self._locks.alive(row["id"]):
+                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), row["id"]))
+                self._locks.forget(row["id"])
 
     @property
     def location(self) -> str:
@@ -252,11 +391,17 @@ class SQLiteJournal:
                 raise
 
     def _failed(self, action: str, exc: sqlite3.Error) -> JournalError:
-        return JournalError(f"cannot {action} journal {self.path}: {exc}")
+        return JournalError(f"cannot {action} journal {self.path}: {_person_sentence(exc)} ({exc})")
 
     def close(self) -> None:
+        if self._held is not None:
+            with contextlib.suppress(JournalError), self._transaction() as tx:
+                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), self.session))
         with self._lock:
             self._db.close()
+            if self._held is not None:
+                self._locks.release(self.session, self._held)
+                self._held = None
 
     # -- checkpoints ------------------------------------------------------------------
 
@@ -265,9 +410,9 @@ class SQLiteJournal:
             last = tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
             created = _now()
             checkpoint_id = tx.insert(
-                "INSERT INTO checkpoints (label, created_at, last_change_id, session) "
-                "VALUES (?, ?, ?, ?)",
-                (label, created, last, self.session),
+                "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (label, created, last, self.session, self.agent),
             )
         return Checkpoint(
             id=checkpoint_id,
@@ -275,14 +420,20 @@ class SQLiteJournal:
             created_at=created,
             last_change_id=last,
             session=self.session,
+            agent=self.agent,
         )
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
-        row = self._query_one("SELECT * FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        row = self._query_one(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
+        )
         return None if row is None else Checkpoint(**dict(row))
 
-    def checkpoints(self) -> list[Checkpoint]:
-        rows = self._query("SELECT * FROM checkpoints ORDER BY id DESC", ())
+    def checkpoints(self, agent: str | None = None) -> list[Checkpoint]:
+        where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
+        rows = self._query(
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE {where} ORDER BY id DESC", params
+        )
         return [Checkpoint(**dict(row)) for row in rows]
 
     # -- changes ----------------------------------------------------------------------
@@ -290,12 +441,12 @@ class SQLiteJournal:
     def record_intent(self, intent: Intent) -> int:
         with self._transaction() as tx:
             checkpoint = tx.scalar(
-                "SELECT MAX(id) FROM checkpoints WHERE session = ?", (self.session,)
+                "SELECT MAX(id) FROM checkpoints WHERE agent IS ?", (self.agent,)
             )
             return tx.insert(
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
-                "snapshot, snapshot_error, pid, created_at, session) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "snapshot, snapshot_error, pid, created_at, session, agent) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     checkpoint,
                     intent.tool,
@@ -307,6 +458,7 @@ class SQLiteJournal:
                     os.getpid(),
                     _now(),
                     self.session,
+                    self.agent,
                 ),
             )
 
@@ -329,34 +481,40 @@ class SQLiteJournal:
 
     def recover_abandoned(self) -> int:
         with self._transaction() as tx:
+            self._end_dead_sessions(tx)
             rows = tx.execute(
-                "SELECT id, pid FROM changes WHERE status = ?", (Status.PENDING,)
+                "SELECT changes.id FROM changes "
+                "LEFT JOIN sessions ON sessions.id = changes.session "
+                "WHERE status = ? AND (sessions.id IS NULL OR sessions.ended_at IS NOT NULL)",
+                (Status.PENDING,),
             ).fetchall()
-            dead = [row["id"] for row in rows if not pid_alive(row["pid"])]
-            for change_id in dead:
+            for row in rows:
                 tx.execute(
                     "UPDATE changes SET status = ?, error = ? WHERE id = ?",
                     (
                         Status.UNKNOWN,
                         "the proxy stopped before the outcome of this call was recorded",
-                        change_id,
+                        row["id"],
                     ),
                 )
-        return len(dead)
+        return len(rows)
 
     def change(self, change_id: int) -> Change | None:
         row = self._query_one(f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE id = ?", (change_id,))
         return None if row is None else _change(row)
 
-    def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
-        """A process sharing the journal never sees the other's changes after a checkpoint,
-        and a proxy restarted after a crash still reaches the changes of the one before it."""
-        if after_checkpoint is None:
-            return self._changes("undone_at IS NULL ORDER BY id DESC", ())
-        return self._changes(
-            "undone_at IS NULL AND id > ? AND (session IS ? OR session IS ?) ORDER BY id DESC",
-            (after_checkpoint.last_change_id, after_checkpoint.session, self.session),
-        )
+    def open_changes(
+        self, after_checkpoint: Checkpoint | None = None, *, agent: str | None = None
+    ) -> list[Change]:
+        where = "undone_at IS NULL"
+        params: list[Any] = []
+        if after_checkpoint is not None:
+            where += " AND id > ?"
+            params.append(after_checkpoint.last_change_id)
+        if agent is not None:
+            where += " AND agent = ?"
+            params.append(agent)
+        return self._changes(f"{where} ORDER BY id DESC", params)
 
     def unknown_changes(self) -> list[Change]:
         return self._changes("undone_at IS NULL AND status = ? ORDER BY id", (Status.UNKNOWN,))
@@ -389,9 +547,19 @@ class SQLiteJournal:
             if newest != after:
                 return None
             return tx.insert(
-                "INSERT INTO compensations (change_id, step, tool, args, status, created_at, pid) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (change_id, step, tool, _dump(args), StepStatus.STARTED, _now(), os.getpid()),
+                "INSERT INTO compensations "
+                "(change_id, step, tool, args, status, created_at, pid, session) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    change_id,
+                    step,
+                    tool,
+                    _dump(args),
+                    StepStatus.STARTED,
+                    _now(),
+                    os.getpid(),
+                    self.session,
+                ),
             )
 
     def record_step_outcome(
@@ -413,9 +581,9 @@ class SQLiteJournal:
     def started_elsewhere(self, record: Compensation) -> bool:
         return (
             record.status == StepStatus.STARTED
-            and record.pid is not None
-            and record.pid != os.getpid()
-            and pid_alive(record.pid)
+            and record.session is not None
+            and record.session != self.session
+            and self._locks.alive(record.session)
         )
 
     # -- reading ----------------------------------------------------------------------

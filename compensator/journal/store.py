@@ -20,14 +20,20 @@ class JournalStore(Protocol):
     Every method is one transaction of its own: a write is committed before the method
     returns, or the method raises JournalError and nothing of it was written. A store hands out
     the ids (increasing integers) and timestamps (ISO 8601 in UTC) of what it records, and its
-    errors are JournalError, never a driver's own. Several stores (processes, machines) may
-    share one journal: each is one *session*, and the writes that must not interleave between
-    them are single methods (`record_step_started` claims a step; `record_step_outcome`
-    settles a change together with its last step).
+    errors are JournalError, never a driver's own, and say in words what a person can do.
+    Several stores (processes, machines) may share one journal: each is one *session*, working
+    for one *agent* (a session started after the previous one ended continues its agent), and
+    the writes that must not interleave between them are single methods
+    (`record_step_started` claims a step; `record_step_outcome` settles a change together with
+    its last step). A session is alive while its process runs, however that is told: never by
+    a process id alone, which another process may get.
     """
 
     session: str
-    """This store's session: its checkpoints and changes record it (see `open_changes`)."""
+    """This store's session: its checkpoints, changes and compensations record it."""
+
+    agent: str | None
+    """The agent this session works for (None: a person, or a read-only store)."""
 
     @property
     def location(self) -> str:
@@ -42,15 +48,15 @@ class JournalStore(Protocol):
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
 
-    def checkpoints(self) -> list[Checkpoint]:
-        """Newest first."""
+    def checkpoints(self, agent: str | None = None) -> list[Checkpoint]:
+        """Newest first; only the agent's when one is given."""
         ...
 
     # -- changes -------------------------------------------------------------------------
 
     def record_intent(self, intent: Intent) -> int:
         """Write the intent of a call (status pending) before it is forwarded; its change id.
-        The change belongs to this session's newest checkpoint."""
+        The change belongs to this agent's newest checkpoint."""
         ...
 
     def record_outcome(
@@ -67,9 +73,11 @@ class JournalStore(Protocol):
 
     def change(self, change_id: int) -> Change | None: ...
 
-    def open_changes(self, after_checkpoint: Checkpoint | None = None) -> list[Change]:
-        """Changes not yet undone, newest first; with a checkpoint, only those after it made
-        by the session that took it or by this one."""
+    def open_changes(
+        self, after_checkpoint: Checkpoint | None = None, *, agent: str | None = None
+    ) -> list[Change]:
+        """Changes not yet undone, newest first; only those after the checkpoint when one is
+        given, and only the agent's when one is given."""
         ...
 
     def unknown_changes(self) -> list[Change]:
@@ -116,10 +124,14 @@ def open_journal(
     *,
     read_only: bool = False,
     fsync: bool = False,
+    agent: str | None = None,
+    person: bool = False,
 ) -> JournalStore:
     """The journal at `target` (a file path: SQLite). `read_only` opens an existing journal
-    without ever writing it; `fsync` makes every commit durable against a power cut."""
-    return SQLiteJournal(target, read_only=read_only, fsync=fsync)
+    without ever writing it; `fsync` makes every commit durable against a power cut. A writing
+    store works for the agent named `agent`, else continues the agent of the last session that
+    ended, else starts a new one; `person=True` works for no agent (the `undo` command)."""
+    return SQLiteJournal(target, read_only=read_only, fsync=fsync, agent=agent, person=person)
 
 
 def default_journal_path(config: str | os.PathLike[str]) -> Path:

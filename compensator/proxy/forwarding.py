@@ -11,7 +11,7 @@ import anyio
 import mcp.types as types
 
 from ..classification import Classification
-from ..errors import CompensatorError, DownstreamError, MetaArgumentError
+from ..errors import CompensatorError, DownstreamError, JournalError, MetaArgumentError
 from ..journal import Intent, JournalStore, Status
 from ..registry import Registry, ToolPolicy, redact
 from ..wire import DownstreamPool, RoutedTool
@@ -54,7 +54,12 @@ class Proxy:
         self.journal = journal
         self.pool = pool
         self._gate = Gate()
-        self._undoer = Undoer(journal, registry, undo_caller(registry, pool))
+        # Mutating calls to one server go one at a time, so the order their intents are
+        # journaled is the order the server applied them, and undo reverses exactly that.
+        self._serial: dict[str, anyio.Lock] = {}
+        # Outcomes the journal could not take yet: written before anything else is journaled.
+        self._unsettled: dict[int, tuple[str, Any, str | None]] = {}
+        self._undoer = Undoer(journal, registry, undo_caller(registry, pool), agent=journal.agent)
         self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
             "checkpoint": self._checkpoint,
             "list_checkpoints": self._list_checkpoints,
@@ -97,6 +102,12 @@ class Proxy:
         if problem is not None:
             # Nothing was sent, so nothing happened and nothing is journaled.
             return error_result(problem)
+        async with self._serial.setdefault(routed.server, anyio.Lock()):
+            return await self._journaled_call(routed, classification, arguments)
+
+    async def _journaled_call(
+        self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
@@ -107,35 +118,70 @@ class Proxy:
             snapshot=snapshot,
             snapshot_error=snapshot_error,
         )
-        change_id = self.journal.record_intent(intent)
+        try:
+            self.settle_outcomes()
+            change_id = self.journal.record_intent(intent)
+        except JournalError as exc:
+            log.error("refused %s: %s", routed.name, exc)
+            return error_result(
+                f"{routed.name} was not called, because the journal cannot record it: {exc}. "
+                "Reads still work; mutating calls go through again once the journal can "
+                "record them."
+            )
         try:
             result = await self.pool.call(routed.name, arguments)
         except DownstreamError as exc:
             return self._failed_in_transport(change_id, exc)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                self.journal.record_outcome(
-                    change_id, status=Status.UNKNOWN, error="cancelled before the outcome arrived"
+                self._settle(
+                    change_id, Status.UNKNOWN, None, "cancelled before the outcome arrived"
                 )
             raise
-        outcome = call_outcome(self.registry, routed.name, arguments, result)
+        # The server answered: whatever goes wrong from here on, the client gets that answer.
+        try:
+            outcome = call_outcome(self.registry, routed.name, arguments, result)
+        except Exception as exc:  # a bug here must not turn a done call into an error
+            log.exception("judging the answer of %s (change %d) failed", routed.name, change_id)
+            self._settle(change_id, Status.UNKNOWN, None, f"the proxy could not judge it: {exc}")
+            return result
         status = Status.OK if outcome.ok else Status.ERROR
-        self.journal.record_outcome(
-            change_id,
-            status=status,
-            result=redact(outcome.value, "result", hidden),
-            error=outcome.error,
-        )
-        if outcome.ok and policy is not None and policy.verify:
-            await self._record_post_state(change_id, policy, arguments, outcome.value)
+        value = redact(outcome.value, "result", hidden)
+        recorded = self._settle(change_id, status, value, outcome.error)
+        if recorded and outcome.ok and policy is not None and policy.verify:
+            try:
+                await self._record_post_state(change_id, policy, arguments, outcome.value)
+            except Exception:  # undo then says the state after the call was not recorded
+                log.exception("recording the state after change %d failed", change_id)
         return result
+
+    def _settle(self, change_id: int, status: str, value: Any, error: str | None) -> bool:
+        """Record a call's outcome; when the journal cannot take it, keep it to write before
+        the next journal write (the change stays `pending` meanwhile, and becomes `unknown` if
+        this process ends first). Whether it was recorded."""
+        try:
+            self.journal.record_outcome(change_id, status=status, result=value, error=error)
+        except JournalError as exc:
+            log.error(
+                "the outcome of change %d (%s) is not journaled yet: %s", change_id, status, exc
+            )
+            self._unsettled[change_id] = (status, value, error)
+            return False
+        return True
+
+    def settle_outcomes(self) -> None:
+        """Write the outcomes the journal could not take before; JournalError if it still
+        cannot."""
+        for change_id, (status, value, error) in list(self._unsettled.items()):
+            self.journal.record_outcome(change_id, status=status, result=value, error=error)
+            del self._unsettled[change_id]
 
     def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
         """A call that got no answer: `unknown` when it may have reached the server."""
         if exc.maybe_applied:
-            self.journal.record_outcome(change_id, status=Status.UNKNOWN, error=str(exc))
+            self._settle(change_id, Status.UNKNOWN, None, str(exc))
             return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
-        self.journal.record_outcome(change_id, status=Status.ERROR, error=str(exc))
+        self._settle(change_id, Status.ERROR, None, str(exc))
         return error_result(f"{exc} (the call was not sent; nothing changed)")
 
     async def _record_post_state(
@@ -188,14 +234,22 @@ class Proxy:
             return json_result(await handler(arguments))
         except MetaArgumentError as exc:
             return error_result(str(exc))
+        except JournalError as exc:
+            return error_result(f"{name} failed: {exc}")
 
     async def _checkpoint(self, args: Mapping[str, Any]) -> dict[str, Any]:
         label = meta.parse_checkpoint(args)
-        return {"checkpoint_id": self.journal.create_checkpoint(label).id}
+        # Taken between mutating calls, never during one: every call that started before it
+        # is journaled (with its outcome) before it, every later call after it.
+        async with self._gate.exclusive():
+            self.settle_outcomes()
+            checkpoint = self.journal.create_checkpoint(label)
+        return {"checkpoint_id": checkpoint.id}
 
     async def _list_checkpoints(self, args: Mapping[str, Any]) -> dict[str, Any]:
         meta.parse_list_checkpoints(args)
-        return {"checkpoints": [cp.to_json() for cp in self.journal.checkpoints()]}
+        checkpoints = self.journal.checkpoints(self.journal.agent)
+        return {"checkpoints": [cp.to_json() for cp in checkpoints]}
 
     async def _list_changes(self, args: Mapping[str, Any]) -> dict[str, Any]:
         checkpoint_id = meta.parse_list_changes(args)
@@ -204,12 +258,13 @@ class Proxy:
             checkpoint = self.journal.checkpoint(checkpoint_id)
             if checkpoint is None:
                 raise MetaArgumentError(self._undoer.unknown_checkpoint(checkpoint_id))
-        changes = self.journal.open_changes(checkpoint)
+        changes = self.journal.open_changes(checkpoint, agent=self.journal.agent)
         return {"changes": [change.to_json() for change in changes]}
 
     async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
         checkpoint_id, dry_run, force = meta.parse_undo_to(args)
         async with self._gate.exclusive():
+            self.settle_outcomes()
             report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run, force=force)
         return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
 

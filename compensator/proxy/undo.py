@@ -66,10 +66,15 @@ class Undoer:
     tool's `verify` state shows nothing moved since the call, or the caller passes `force`.
     """
 
-    def __init__(self, journal: JournalStore, registry: Registry, call: Caller) -> None:
+    def __init__(
+        self, journal: JournalStore, registry: Registry, call: Caller, *, agent: str | None
+    ) -> None:
+        """`agent` is whose changes are undone: the asking agent's own (the meta tools), or
+        None for every agent's (a person at the terminal)."""
         self._journal = journal
         self._registry = registry
         self._call = call
+        self._agent = agent
 
     async def undo_to(
         self,
@@ -89,8 +94,8 @@ class Undoer:
             # Calls another process left pending when it died are `unknown` from now on.
             self._journal.recover_abandoned()
         report = UndoReport()
-        for change in self._journal.open_changes(checkpoint):
-            kind, entry = await self._undo_one(change, dry_run=dry_run, force=force)
+        for change in self._journal.open_changes(checkpoint, agent=self._agent):
+            kind, entry = await self._isolated(change, dry_run=dry_run, force=force)
             getattr(report, kind).append(entry)
             if progress is not None:
                 progress(kind, entry)
@@ -98,11 +103,25 @@ class Undoer:
 
     def unknown_checkpoint(self, checkpoint_id: object) -> str:
         """The error text for a checkpoint id that does not exist, listing the valid ones."""
-        known = [cp.id for cp in self._journal.checkpoints()]
+        known = [cp.id for cp in self._journal.checkpoints(self._agent)]
         if not known:
             return f"no checkpoint {checkpoint_id!r}: none exists yet; call `checkpoint` first"
         shown = ", ".join(str(i) for i in known[:20])
         return f"no checkpoint {checkpoint_id!r}; valid checkpoint ids: {shown}"
+
+    async def _isolated(
+        self, change: Change, *, dry_run: bool, force: bool
+    ) -> tuple[str, dict[str, Any]]:
+        """One change's undo; whatever goes wrong in it is that change's skip reason, and the
+        undo goes on with the next change."""
+        try:
+            return await self._undo_one(change, dry_run=dry_run, force=force)
+        except Exception as exc:  # one change's surprise must not end the undo
+            log.exception("undoing change %d failed unexpectedly", change.id)
+            reason = f"undoing it failed unexpectedly ({type(exc).__name__}: {exc}); undo again"
+            if not isinstance(exc, CompensatorError):
+                reason += ", and report this as a bug if it repeats"
+            return "skipped", {**change.to_json(), "reason": reason}
 
     async def _undo_one(
         self, change: Change, *, dry_run: bool, force: bool
@@ -154,7 +173,8 @@ class Undoer:
         busy = [r for r in latest.values() if self._journal.started_elsewhere(r)]
         if busy:
             raise _Skip(
-                f"being compensated by process {busy[0].pid}; undo again once it has finished"
+                f"being compensated by another live process (pid {busy[0].pid}); undo again "
+                "once it has finished"
             )
         doubtful = [r for r in latest.values() if self._in_doubt(r)]
         started = any(r.status == StepStatus.OK for r in latest.values())

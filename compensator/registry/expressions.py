@@ -174,6 +174,9 @@ def is_truthy(value: Any) -> bool:
     return True
 
 
+_TYPES_FIX = "Check the types the expression receives"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Expression:
     """A compiled JMESPath expression with the package's custom functions."""
@@ -188,8 +191,14 @@ class Expression:
             return self.parsed.search(context, options=_OPTIONS)
         except (jexc.JMESPathError, re.error) as exc:
             detail = f"failed to evaluate: {_runtime_complaint(exc)}"
-            fix = "Check the types the expression receives"
-            raise _error(self.source, self.where, detail, fix) from None
+            raise _error(self.source, self.where, detail, _TYPES_FIX) from None
+        except ExpressionError:
+            raise  # fail() said why
+        except Exception as exc:
+            # A function met a value it cannot take (to_json of bytes, a huge number, deep
+            # nesting): still this expression's failure, never a crash of the call around it.
+            detail = f"failed to evaluate: {type(exc).__name__}: {exc}"
+            raise _error(self.source, self.where, detail, _TYPES_FIX) from None
 
     def truthy(self, context: Mapping[str, Any]) -> bool:
         """Evaluate and apply JMESPath truthiness (0 is true, [] is false)."""
