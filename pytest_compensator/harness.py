@@ -104,7 +104,7 @@ class Driver:
 
     def journal_since(self, checkpoint_id: int) -> list[str]:
         """Every change after a checkpoint with its compensations, as readable lines."""
-        journal = open_journal(self.db)
+        journal = open_journal(self.db, read_only=True)
         try:
             checkpoint = journal.checkpoint(checkpoint_id)
             floor = checkpoint.last_change_id if checkpoint else 0
@@ -128,7 +128,7 @@ class Driver:
     def compensations_since(self, checkpoint_id: int) -> list[tuple[str, str, Any]]:
         """(tool of the change, compensating tool, its args) for every compensating call
         that succeeded for a change after the checkpoint, the oldest change first."""
-        journal = open_journal(self.db)
+        journal = open_journal(self.db, read_only=True)
         try:
             checkpoint = journal.checkpoint(checkpoint_id)
             floor = checkpoint.last_change_id if checkpoint else 0

@@ -21,6 +21,8 @@ from compensator.journal import (
 )
 from compensator.journal import SQLiteJournal as Journal
 
+from .faults import tally
+
 
 @pytest.fixture
 def open_journal():
@@ -138,6 +140,8 @@ def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_jou
     assert journal.change(pending).status == Status.PENDING  # this process is alive
     reopened = open_journal(path)
     assert reopened.change(pending).status == Status.PENDING, "a live session's call was settled"
+    if pid == "reused":
+        tally("pid reuse", injected=1, survived=1)
 
 
 def test_a_live_sessions_step_is_started_elsewhere_for_another_store(tmp_path, open_journal):

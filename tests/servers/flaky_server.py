@@ -3,7 +3,7 @@
 Everything it keeps lives in the folder named by $FLAKY_DIR, so a restarted process sees
 what the previous one wrote and tests can watch from outside:
 
-- `state.json`: the key-value store of `put` / `get` / `restore`;
+- `state.json`: the key-value store of `put` / `put_after_change` / `get` / `restore`;
 - `starts.log`: one line per process start (written before anything can fail);
 - `events.log`: `started <tag>`, then `finished <tag>` or `cancelled <tag>`, from `sleep`;
 - marker files read at start: `fail-start` (exit 4 before serving), `hang-start` (sleep
@@ -63,6 +63,17 @@ async def get(key: str) -> dict[str, Any]:
     return {"key": key, "value": _load().get(key)}
 
 
+async def put_after_change(key: str, value: str, wait: float = 5.0) -> dict[str, Any]:
+    """Wait until `key` changes (or `wait` seconds pass), then put: a call the server applies
+    after a later one. Records `waiting <key>` in events.log on arrival."""
+    before = _load().get(key)
+    _event(f"waiting {key}")
+    with anyio.move_on_after(wait):
+        while _load().get(key) == before:
+            await anyio.sleep(0.01)
+    return await put(key, value)
+
+
 async def put_then_crash(key: str, value: str, code: int = 3) -> dict[str, Any]:
     """Set `key` to `value`, then exit with `code` before answering."""
     await put(key, value)
@@ -108,7 +119,7 @@ def main() -> None:
     except ModuleNotFoundError:
         from mcp.server.mcpserver import MCPServer  # type: ignore[no-redef]
     mcp = MCPServer("flaky", log_level="WARNING")
-    for tool in (put, restore, put_then_crash, crash, sleep, hang):
+    for tool in (put, put_after_change, restore, put_then_crash, crash, sleep, hang):
         mcp.tool()(tool)
     if not (HERE / "drop-get").exists():
         mcp.tool()(get)
