@@ -45,8 +45,9 @@ async def test_redacted_values_never_reach_the_journal_file(proxy, tmp_path, tas
         assert [c["tool"] for c in report["undone"]] == ["tasks__rename_task"]
         assert (await client.call_ok("tasks__get_task", {"id": task["id"]}))["title"] == "plain"
     # Whatever SQLite kept (main file, WAL), the secret is in none of it.
-    for path in tmp_path.glob("journal.db*"):
-        assert SECRET.encode() not in path.read_bytes(), path
+    for path in tmp_path.rglob("journal.db*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
     with sqlite3.connect(db) as conn:
         args, result = conn.execute(
             "SELECT args, result FROM changes WHERE tool = 'tasks__rename_task'"

@@ -72,6 +72,10 @@ async def test_journal_and_its_companions_are_private(
         assert all(path.exists() for path in files), sorted(p.name for p in tmp_path.iterdir())
         modes = {path.name: oct(_mode(path)) for path in files}
         assert modes == dict.fromkeys(modes, oct(0o600)), modes
+        # The live session's lock, in a folder only the owner can list.
+        sessions = db.with_name("journal.db-sessions")
+        (lock,) = sessions.iterdir()
+        assert (oct(_mode(sessions)), oct(_mode(lock))) == (oct(0o700), oct(0o600))
 
 
 # -- expanded ${VAR} values stay out of every message ----------------------------------------------
