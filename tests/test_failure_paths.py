@@ -5,10 +5,7 @@ compensation, and calls that overlap (their order, and a checkpoint taken meanwh
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,69 +20,35 @@ from pytest_compensator.client import _relay as relay_messages  # mcp 1.x shutdo
 
 from .conftest import SERVERS, by_id
 from .faults import tally
+from .test_cli_human import WIDE, cli
+from .test_downstream_faults import FLAKY, events, eventually, stored
 
 pytestmark = pytest.mark.anyio
 
-FLAKY = """
-servers:
-  flaky:
-    command: "@PYTHON@"
-    args: ["@FLAKY_SERVER@"]
-    env: {FLAKY_DIR: "@TMP@/flaky"}
-    call_timeout: 30
-tools:
-  flaky__get: {classification: read}
-  flaky__put:
-    classification: reversible
-    inverse_tool: flaky__restore
-    inverse_args: {key: "{args.key}", value: "{result.previous}"}
+# The fault tests' registry, with time for a call that waits at the server on purpose.
+REGISTRY = (
+    FLAKY.replace("call_timeout: 2", "call_timeout: 30")
+    + """\
   flaky__put_after_change:
     classification: reversible
     inverse_tool: flaky__restore
     inverse_args: {key: "{args.key}", value: "{result.previous}"}
 """
+)
 
 
 @pytest.fixture
-def flaky_config(write_registry, tmp_path: Path) -> Callable[..., Path]:
-    (tmp_path / "flaky").mkdir()
-
+def flaky_config(write_registry) -> Callable[..., Path]:
     def make(extra: str = "") -> Path:
-        text = FLAKY.replace("@FLAKY_SERVER@", str(SERVERS / "flaky_server.py"))
-        return write_registry(text + extra)
+        text = REGISTRY.replace("@FLAKY_SERVER@", str(SERVERS / "flaky_server.py"))
+        return write_registry(text.replace("@STARTUP@", "20") + extra)
 
     return make
 
 
-def stored(tmp_path: Path) -> dict[str, Any]:
-    path = tmp_path / "flaky" / "state.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def events(tmp_path: Path) -> list[str]:
-    path = tmp_path / "flaky" / "events.log"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    """Wait for an event seen from outside (a line in a file), however busy the machine."""
-    with anyio.move_on_after(60):
-        while not condition():
-            await anyio.sleep(0.02)
-        return
-    raise AssertionError(f"waited 60 s for {what}")
-
-
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COMPENSATOR_DB")}
-    return subprocess.run(
-        [sys.executable, "-m", "compensator.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**environ, "COLUMNS": "200", **env},
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+def arrived(flaky: Path, key: str) -> Callable[[], bool]:
+    """Whether put_after_change for `key` has reached the server."""
+    return lambda: f"waiting {key}" in events(flaky)
 
 
 # -- 0: a restarted proxy continues its agent ---------------------------------------------
@@ -104,10 +67,10 @@ async def test_a_proxy_restarted_twice_still_undoes_to_the_first_ones_checkpoint
             added.append((await restarted.call_ok("tasks__add_task", {"title": title}))["id"])
     # What a person sees after the checkpoint is what undo takes back, from the terminal ...
     config = ["--config", str(tasks_config), "--db", str(db)]
-    logged = cli("log", *config, "--checkpoint", str(cp), "--json", env=tasks_env)
+    logged = cli("log", *config, "--checkpoint", str(cp), "--json", env={**WIDE, **tasks_env})
     assert logged.returncode == 0, logged.stderr
     assert sorted(c["id"] for c in json.loads(logged.stdout)["changes"]) == [1, 2]
-    plan = cli("undo", *config, "--to", str(cp), "--dry-run", env=tasks_env)
+    plan = cli("undo", *config, "--to", str(cp), "--dry-run", env={**WIDE, **tasks_env})
     assert plan.returncode == 0, plan.stderr
     assert "Plan: 2 to undo, 0 to skip" in plan.stdout, plan.stdout
     assert "AGENT" not in plan.stdout, "one agent's changes were shown as several agents'"
@@ -142,14 +105,18 @@ async def test_the_terminal_sees_and_undoes_every_agents_changes_saying_whose(
         agents = {c["agent"] for c in (await a.list_changes()) + (await b.list_changes())}
         assert len(agents) == 2
     config = ["--config", str(tasks_config), "--db", str(db)]
-    plan = cli("undo", *config, "--to", str(cp), "--dry-run", env=tasks_env)
+    plan = cli("undo", *config, "--to", str(cp), "--dry-run", env={**WIDE, **tasks_env})
     assert "AGENT" in plan.stdout and "Plan: 2 to undo" in plan.stdout, plan.stdout
     (agent_a,) = {
         c["agent"]
-        for c in json.loads(cli("log", *config, "--json", env=tasks_env).stdout)["changes"]
+        for c in json.loads(cli("log", *config, "--json", env={**WIDE, **tasks_env}).stdout)[
+            "changes"
+        ]
         if c["args"]["title"] == "A's"
     }
-    only_a = cli("undo", *config, "--to", str(cp), "--agent", agent_a, "--dry-run", env=tasks_env)
+    only_a = cli(
+        "undo", *config, "--to", str(cp), "--agent", agent_a, "--dry-run", env={**WIDE, **tasks_env}
+    )
     assert "Plan: 1 to undo" in only_a.stdout, only_a.stdout
 
 
@@ -228,12 +195,12 @@ async def test_a_full_journal_refuses_mutating_calls_keeps_reads_and_loses_nothi
         key, text = refusal
         assert "was not called, because the journal cannot record it" in text, text
         assert "disk" in text, text
-        assert key not in stored(tmp_path), "a call the journal could not record was sent"
+        assert key not in stored(tmp_path / "flaky"), "a call the journal could not record was sent"
         assert await client.call_ok("flaky__get", {"key": answered[0]}) == {
             "key": answered[0],
             "value": "v",
         }, "a read failed while the journal was full"
-    assert answered and sorted(stored(tmp_path)) == sorted(answered)
+    assert answered and sorted(stored(tmp_path / "flaky")) == sorted(answered)
     async with proxy(config, db=db) as client:
         changes = await client.list_changes(cp)
         journaled = {c["args"]["key"]: c["status"] for c in changes}
@@ -243,7 +210,9 @@ async def test_a_full_journal_refuses_mutating_calls_keeps_reads_and_loses_nothi
         report = await client.undo_to(cp)
         undone = {c["args"]["key"] for c in report["undone"]}
         assert undone == {k for k, s in journaled.items() if s == "ok"}
-        assert sorted(stored(tmp_path)) == sorted(k for k, s in journaled.items() if s != "ok")
+        assert sorted(stored(tmp_path / "flaky")) == sorted(
+            k for k, s in journaled.items() if s != "ok"
+        )
     tally("journal full", injected=1, survived=1, lost=len(lost))
 
 
@@ -267,17 +236,21 @@ async def test_an_outcome_the_journal_cannot_take_is_written_once_it_can(
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(slow_put)
-                await eventually(lambda: "waiting k" in events(tmp_path), "the call to arrive")
+                await eventually(
+                    arrived(tmp_path / "flaky", "k"), "the call to arrive", deadline=60
+                )
                 locker.execute("BEGIN IMMEDIATE")  # held until released below
             (answer,) = answers
             assert not answer.is_error, answer.text
             assert answer.value == {"key": "k", "value": "A", "previous": None}
-            assert stored(tmp_path) == {"k": "A"}
+            assert stored(tmp_path / "flaky") == {"k": "A"}
             (change,) = await client.list_changes(cp)
             assert change["status"] == "pending"  # not written yet, and not claimed otherwise
             refused = await client.call("flaky__put", {"key": "j", "value": "B"})
             assert refused.is_error and "locked by another process" in refused.text, refused.text
-            assert "j" not in stored(tmp_path), "a call the journal could not record was sent"
+            assert "j" not in stored(tmp_path / "flaky"), (
+                "a call the journal could not record was sent"
+            )
             assert (await client.call_ok("flaky__get", {"key": "k"}))["value"] == "A"
         finally:
             locker.execute("ROLLBACK")
@@ -286,7 +259,7 @@ async def test_an_outcome_the_journal_cannot_take_is_written_once_it_can(
         statuses = {c["args"]["key"]: c["status"] for c in await client.list_changes(cp)}
         assert statuses == {"k": "ok", "j": "ok"}
         report = await client.undo_to(cp)
-        assert report["skipped"] == [] and stored(tmp_path) == {}
+        assert report["skipped"] == [] and stored(tmp_path / "flaky") == {}
     tally("journal locked after a call", injected=1, survived=1)
 
 
@@ -315,7 +288,7 @@ async def test_a_surprise_in_one_compensation_skips_that_change_and_the_rest_run
         (skipped,) = report["skipped"]
         assert skipped["id"] == damaged
         assert "failed unexpectedly (JSONDecodeError" in skipped["reason"], skipped
-        assert stored(tmp_path) == {"b": "v"}
+        assert stored(tmp_path / "flaky") == {"b": "v"}
     tally("unexpected error in one compensation", injected=1, survived=1)
 
 
@@ -336,12 +309,14 @@ async def test_undo_reverses_the_order_the_server_applied_overlapping_calls(
             group.start_soon(
                 client.call_ok, "flaky__put_after_change", {"key": "k", "value": "A", "wait": 3}
             )
-            await eventually(lambda: "waiting k" in events(tmp_path), "the first call to arrive")
+            await eventually(
+                arrived(tmp_path / "flaky", "k"), "the first call to arrive", deadline=60
+            )
             group.start_soon(client.call_ok, "flaky__put", {"key": "k", "value": "B"})
-        assert stored(tmp_path) == {"k": "B"}, "the calls were applied out of order"
+        assert stored(tmp_path / "flaky") == {"k": "B"}, "the calls were applied out of order"
         report = await client.undo_to(cp)
         assert report["skipped"] == []
-        assert stored(tmp_path) == {"k": "original"}
+        assert stored(tmp_path / "flaky") == {"k": "original"}
 
 
 async def test_a_checkpoint_waits_for_a_mutating_call_in_flight(
@@ -362,7 +337,7 @@ async def test_a_checkpoint_waits_for_a_mutating_call_in_flight(
 
         async with anyio.create_task_group() as group:
             group.start_soon(slow_put)
-            await eventually(lambda: "waiting k" in events(tmp_path), "the call to arrive")
+            await eventually(arrived(tmp_path / "flaky", "k"), "the call to arrive", deadline=60)
             group.start_soon(checkpoint)
         assert finished == ["call", "checkpoint"]
         # The call falls before the checkpoint: nothing to undo after it.

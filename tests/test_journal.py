@@ -170,10 +170,12 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_
     concurrent = open_journal(path)  # while the second runs: another agent
     assert concurrent.agent not in (None, agent)
     theirs = concurrent.record_intent(Intent(tool="s__c", classification="reversible", args={}))
-    named = open_journal_named(path, "team")
+    named = Journal(path, agent="team")
     assert named.agent == "team"
     named.close()
-    assert open_journal_named(path, "team").agent == "team"
+    again = Journal(path, agent="team")
+    assert again.agent == "team"
+    again.close()
     assert [c.tool for c in second.open_changes(checkpoint, agent=agent)] == ["s__b", "s__a"]
     assert [c.id for c in second.open_changes(checkpoint, agent=concurrent.agent)] == [theirs]
     assert len(second.open_changes(checkpoint)) == 3  # every agent's
@@ -186,11 +188,6 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_
     # A person's session is never continued: the next proxy is still the first agent's.
     second.close()
     assert open_journal(path).agent == agent
-
-
-def open_journal_named(path: Path, agent: str) -> Journal:
-    journal = Journal(path, agent=agent)
-    return journal
 
 
 def test_a_journal_of_schema_2_migrates_with_each_old_session_an_agent(tmp_path: Path):

@@ -165,9 +165,7 @@ class _SessionLocks:
             return True
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
+        except OSError:  # held (BlockingIOError), or not to be told
             return True
         finally:
             os.close(fd)
