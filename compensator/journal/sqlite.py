@@ -177,32 +177,47 @@ class _SessionLocks:
             self._file(session).unlink()
 
 
-_PERSON_FIXES = {
-    "SQLITE_FULL": "the journal's disk is full; free some space",
-    "SQLITE_READONLY": "the journal file is read-only; make it writable or pass --db with "
-    "a writable path",
-    "SQLITE_BUSY": "the journal stayed locked by another process for too long; "
-    "find the process holding it (fuser FILE)",
-    "SQLITE_CORRUPT": "the journal file is damaged; keep a copy and check it with "
-    "`sqlite3 FILE 'PRAGMA integrity_check'`",
-    "SQLITE_CANTOPEN": "the journal file cannot be opened; check the path and its folder",
-}
-_IO_FIX = "the journal cannot be written to its disk (full, or failing); free some space"
+_PERSON_FIXES = (
+    # (SQLite's error code, its standard message, what a person can do about it)
+    ("SQLITE_FULL", "database or disk is full", "the journal's disk is full; free some space"),
+    (
+        "SQLITE_READONLY",
+        "readonly database",
+        "the journal file is read-only; make it writable or pass --db with a writable path",
+    ),
+    (
+        "SQLITE_BUSY",
+        "database is locked",
+        "the journal stayed locked by another process for too long; find the process holding "
+        "it (fuser FILE)",
+    ),
+    (
+        "SQLITE_IOERR",
+        "disk I/O error",
+        "the journal cannot be written to its disk (full, or failing); free some space",
+    ),
+    (
+        "SQLITE_CORRUPT",
+        "disk image is malformed",
+        "the journal file is damaged; keep a copy and check it with "
+        "`sqlite3 FILE 'PRAGMA integrity_check'`",
+    ),
+    (
+        "SQLITE_CANTOPEN",
+        "unable to open database file",
+        "the journal file cannot be opened; check the path and its folder",
+    ),
+)
 
 
 def _person_sentence(exc: sqlite3.Error) -> str:
-    """What a person can do about a SQLite error, from its error code."""
+    """What a person can do about a SQLite error: from its error code where Python gives it
+    (3.11 on), else from SQLite's standard message for that code."""
     name = str(getattr(exc, "sqlite_errorname", "") or "")
-    for prefix, fix in _PERSON_FIXES.items():
-        if name.startswith(prefix):
+    for code, message, fix in _PERSON_FIXES:
+        if name.startswith(code) or message in str(exc):
             return fix
-    if name.startswith("SQLITE_IOERR") or "disk I/O error" in str(exc):
-        return _IO_FIX
-    if "readonly" in str(exc):
-        return _PERSON_FIXES["SQLITE_READONLY"]
-    if "database or disk is full" in str(exc):
-        return _PERSON_FIXES["SQLITE_FULL"]
-    return "see the error above"
+    return "SQLite's own words follow"
 
 
 class SQLiteJournal:
