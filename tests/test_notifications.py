@@ -191,6 +191,36 @@ async def test_tools_list_changed_refreshes_routes_and_reaches_the_client(connec
     assert grown == "I am sprout"
 
 
+QUIET = f"""
+servers:
+  quiet:
+    command: "@PYTHON@"
+    args: ["{SERVERS / "noisy_server.py"}"]
+    startup_timeout: 3
+"""
+
+
+async def test_a_relist_that_is_never_answered_times_out_and_later_changes_get_through(
+    connect, tmp_path: Path
+):
+    # The server announces list_changed and leaves the proxy's tools/list unanswered; its
+    # go_quiet answer comes only once that tools/list has reached it. Without a time limit the
+    # refresh waits for good, and the next list_changed (from grow) is never relayed.
+    client = Client()
+    async with connect(QUIET, client) as proxy_client:
+        hanging = await text_of(proxy_client, "quiet__go_quiet", {})
+        assert await text_of(proxy_client, "quiet__grow", {}) == "grown"
+        await client.notifications.wait_for(
+            method_is("notifications/tools/list_changed"), "tools/list_changed after grow"
+        )
+        names = {tool.name for tool in await proxy_client.list_tools()}
+        grown = await text_of(proxy_client, "quiet__grown", {})
+    assert hanging == "a tools/list is left unanswered"
+    assert "quiet__grown" in names and grown == "I am grown"
+    log = (tmp_path / "proxy-stderr.log").read_text()
+    assert "server 'quiet' did not answer tools/list within 3 s (its startup_timeout)" in log
+
+
 async def test_everything_tools_announced_after_initialize_are_offered(connect):
     # server-everything registers its sampling, elicitation and roots tools once it knows the
     # client's capabilities, and announces them with tools/list_changed.
