@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
@@ -54,7 +54,7 @@ class StdioWire:
         """Run `server` on the connection, from its first message, until the client leaves."""
         if self._first is None:
             return  # the client closed stdin before sending anything
-        options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+        options = server.create_initialization_options()
         read_stream = _Replayed(self._first, self._read)
         await server.run(read_stream, self._write, options)
 
