@@ -7,7 +7,8 @@ used on the other SDK line are skipped here; the mcp1 tox env checks those."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +39,13 @@ def changed(found: _private.PrivateUse, what: str) -> str:
     )
 
 
-def memory_streams() -> tuple[Any, Any, Any, Any]:
-    """(client read, client write, server read, server write)."""
+@asynccontextmanager
+async def memory_streams() -> AsyncIterator[tuple[Any, Any, Any, Any]]:
+    """(client read, client write, server read, server write), all closed on exit."""
     to_client, from_server = anyio.create_memory_object_stream[Any](16)
     to_server, from_client = anyio.create_memory_object_stream[Any](16)
-    return from_server, to_server, from_client, to_client
+    async with to_client, from_server, to_server, from_client:
+        yield from_server, to_server, from_client, to_client
 
 
 async def _list_tools(cursor: str | None) -> types.ListToolsResult:
@@ -63,11 +66,13 @@ async def serve_one_client(on_client: Callable[[Any], None]) -> None:
     sdk.install_relay(
         server, sdk.RelayHandlers(on_client=on_client, set_level=nothing, roots_changed=nothing)
     )
-    client_read, client_write, server_read, server_write = memory_streams()
-    async with anyio.create_task_group() as group:
+    async with (
+        memory_streams() as (client_read, client_write, server_read, server_write),
+        anyio.create_task_group() as group,
+    ):
         options = server.create_initialization_options()
         group.start_soon(server.run, server_read, server_write, options)
-        async with client_write, ClientSession(client_read, client_write) as client:
+        async with ClientSession(client_read, client_write) as client:
             await client.initialize()
             await client.list_tools()  # answered after the initialized notification was handled
         group.cancel_scope.cancel()
@@ -94,8 +99,10 @@ def test_no_other_sdk_module_reaches_for_private_names() -> None:
 
 async def test_request_id_numbers_the_next_request() -> None:
     found = use("BaseSession._request_id")
-    client_read, client_write, server_read, _ = memory_streams()
-    async with ClientSession(client_read, client_write) as session:
+    async with (
+        memory_streams() as (client_read, client_write, server_read, _),
+        ClientSession(client_read, client_write) as session,
+    ):
         if not isinstance(getattr(session, "_request_id", None), int):
             pytest.fail(changed(found, "is not an int attribute of a ClientSession any more"))
         expected = _private.next_request_id_v1(session)
