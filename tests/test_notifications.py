@@ -191,6 +191,36 @@ async def test_tools_list_changed_refreshes_routes_and_reaches_the_client(connec
     assert grown == "I am sprout"
 
 
+QUIET = f"""
+servers:
+  quiet:
+    command: "@PYTHON@"
+    args: ["{SERVERS / "noisy_server.py"}"]
+    startup_timeout: 3
+"""
+
+
+async def test_a_relist_that_is_never_answered_times_out_and_later_changes_get_through(
+    connect, tmp_path: Path
+):
+    # The server announces list_changed and leaves the proxy's tools/list unanswered; its
+    # go_quiet answer comes only once that tools/list has reached it. Without a time limit the
+    # refresh waits for good, and the next list_changed (from grow) is never relayed.
+    client = Client()
+    async with connect(QUIET, client) as proxy_client:
+        hanging = await text_of(proxy_client, "quiet__go_quiet", {})
+        assert await text_of(proxy_client, "quiet__grow", {}) == "grown"
+        await client.notifications.wait_for(
+            method_is("notifications/tools/list_changed"), "tools/list_changed after grow"
+        )
+        names = {tool.name for tool in await proxy_client.list_tools()}
+        grown = await text_of(proxy_client, "quiet__grown", {})
+    assert hanging == "a tools/list is left unanswered"
+    assert "quiet__grown" in names and grown == "I am grown"
+    log = (tmp_path / "proxy-stderr.log").read_text()
+    assert "server 'quiet' did not answer tools/list within 3 s (its startup_timeout)" in log
+
+
 async def test_everything_tools_announced_after_initialize_are_offered(connect):
     # server-everything registers its sampling, elicitation and roots tools once it knows the
     # client's capabilities, and announces them with tools/list_changed.
@@ -321,7 +351,10 @@ async def test_a_clients_error_answer_goes_back_to_the_server(connect):
     assert "the user declined sampling" in reply.text
 
 
-async def test_a_client_without_the_capability_gets_the_server_a_clear_error(connect):
+async def test_a_client_without_the_capability_gets_the_server_an_error(connect):
+    # Over stdio the server is not offered what the client lacks, so the SDK's own session
+    # refuses its request (compensator/wire/relay.py words it when the capability was offered,
+    # as over HTTP: tests/test_serve_http.py).
     client = Client()
     async with connect(ASKER, client, capable=False) as proxy_client:
         sampled = await proxy_client.call("asker__ask_model", {"prompt": "hello"})
@@ -329,9 +362,25 @@ async def test_a_client_without_the_capability_gets_the_server_a_clear_error(con
         rooted = await proxy_client.call("asker__roots", {})
     for reply, capability in ((sampled, "sampling"), (elicited, "elicitation"), (rooted, "roots")):
         assert reply.is_error, reply
-        expected = f"the client connected to the compensator does not support {capability}"
-        assert expected in reply.text
+        assert "not supported" in reply.text, (capability, reply.text)
     assert client.asked == []
+
+
+async def test_tools_for_capabilities_the_client_lacks_are_not_offered(connect):
+    # server-everything lists these three only to a client that advertised sampling,
+    # elicitation or roots: the proxy offers the servers what its stdio client offers.
+    needs = {
+        "everything__trigger-sampling-request",
+        "everything__trigger-elicitation-request",
+        "everything__get-roots-list",
+    }
+    async with connect(everything_registry(), Client(), capable=False) as proxy_client:
+        lacking = {tool.name for tool in await proxy_client.list_tools()}
+    async with connect(everything_registry(), Client()) as proxy_client:
+        capable = {tool.name for tool in await proxy_client.list_tools()}
+    assert "everything__echo" in lacking
+    assert not needs & lacking, sorted(needs & lacking)
+    assert needs <= capable
 
 
 @quiet_deprecation

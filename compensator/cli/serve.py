@@ -7,8 +7,10 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -17,7 +19,7 @@ from ..errors import CompensatorError
 from ..journal import JournalStore, default_journal_path, open_journal
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
 from ..proxy import INSTRUCTIONS, Proxy
-from ..registry import load_registry, registry_environment
+from ..registry import Registry, load_registry, registry_environment
 from ..wire import Catalog, DownstreamPool, Relay, sdk
 from ..wire.http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
 from .common import add_registry_arguments
@@ -39,7 +41,11 @@ async def serve(
     """Load the registry, start the downstream servers, and serve one client over stdio, or
     any number over streamable HTTP on `http` (compensator/wire/http_serve.py). `client_name` is
     what the client calls the proxy, for the start-up warning about long tool names. `agent`
-    names the agent this proxy works for (None: it continues the last one that ended)."""
+    names the agent this proxy works for (None: it continues the last one that ended).
+
+    Over stdio the servers start once the client's `initialize` has arrived, so that they are
+    offered the sampling, elicitation and roots support of that client and no other (an MCP
+    client sends it at once; the answer waits for the servers, as it always did)."""
     registry = load_registry(config, environ=registry_environment())
     journal = open_journal(db, fsync=fsync, agent=agent)
     log.info(
@@ -47,38 +53,61 @@ async def serve(
     )
     _report_unknown(journal)
     try:
-        # The relay outlives the pool: a refresh it runs may still await a server's answer.
-        relay = Relay()
-        pool = DownstreamPool(registry.servers.values(), relay=relay, retry_first_start=True)
-        catalog = Catalog(pool)
-        catalog.watch()  # before the servers start: it forwards their resources/updated
-        relay.on_list_changed("resources", catalog.refresh_resources)
-        relay.on_list_changed("prompts", catalog.refresh_prompts)
-        async with relay, pool:
-            for name, reason in pool.failures.items():
-                log.error(
-                    "server %r failed to start: %s; it is retried in the background and its "
-                    "tools are offered once it starts",
-                    name,
-                    reason,
-                )
-            _warn_long_names(pool, client_name)
-            proxy = Proxy(registry, journal, pool)
-            server = sdk.build_server(
-                "compensator",
-                __version__,
-                INSTRUCTIONS,
-                proxy.list_tools,
-                relay.track_calls(proxy.call_tool),
-                catalog=catalog.handlers(),
+        if http is not None:
+            await _proxy(
+                registry, journal, client_name, Relay(), partial(serve_http, endpoint=http)
             )
-            sdk.install_relay(server, relay.handlers())
-            if http is None:
-                await sdk.serve_stdio(server)
-            else:
-                await serve_http(server, http)
+            return
+        async with sdk.open_stdio() as wire:
+            if wire.closed:
+                log.info("the client closed stdin before sending anything; no server started")
+                return
+            if wire.initialize is None:
+                log.warning(
+                    "the client's first message is not initialize; the servers are offered "
+                    "none of sampling, elicitation and roots"
+                )
+            client = (wire.initialize or {}).get("capabilities")
+            relay = Relay(client=client if isinstance(client, dict) else {})
+            await _proxy(registry, journal, client_name, relay, wire.serve)
     finally:
         journal.close()
+
+
+async def _proxy(
+    registry: Registry,
+    journal: JournalStore,
+    client_name: str,
+    relay: Relay,
+    serve_with: Callable[[Any], Awaitable[None]],
+) -> None:
+    """Start the downstream servers and run the proxy's server on them with `serve_with`."""
+    # The relay outlives the pool: a refresh it runs may still await a server's answer.
+    pool = DownstreamPool(registry.servers.values(), relay=relay, retry_first_start=True)
+    catalog = Catalog(pool)
+    catalog.watch()  # before the servers start: it forwards their resources/updated
+    relay.on_list_changed("resources", catalog.refresh_resources)
+    relay.on_list_changed("prompts", catalog.refresh_prompts)
+    async with relay, pool:
+        for name, reason in pool.failures.items():
+            log.error(
+                "server %r failed to start: %s; it is retried in the background and its "
+                "tools are offered once it starts",
+                name,
+                reason,
+            )
+        _warn_long_names(pool, client_name)
+        proxy = Proxy(registry, journal, pool)
+        server = sdk.build_server(
+            "compensator",
+            __version__,
+            INSTRUCTIONS,
+            proxy.list_tools,
+            relay.track_calls(proxy.call_tool),
+            catalog=catalog.handlers(),
+        )
+        sdk.install_relay(server, relay.handlers())
+        await serve_with(server)
 
 
 def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:

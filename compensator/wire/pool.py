@@ -233,13 +233,25 @@ class DownstreamPool:
 
     async def relist(self, server_name: str) -> bool:
         """List `server_name`'s tools again (it announced a change) and re-route them; False
-        when it is not running (a restart lists them anyway)."""
+        when it is not running (a restart lists them anyway).
+
+        The listing gets the server's startup timeout, which bounds its first listing too;
+        past it DownstreamError, and the tools stay as they were."""
         server = self.servers[server_name]
         await server.ready.wait()
         session = server.session
         if session is None:
             return False
-        server.tools = await sdk.list_all(session, "tools")
+        limit = server.startup_timeout
+        try:
+            with anyio.fail_after(limit):
+                tools = await sdk.list_all(session, "tools")
+        except TimeoutError:
+            raise DownstreamError(
+                f"server {server_name!r} did not answer tools/list within {seconds(limit)} "
+                "(its startup_timeout); it keeps the tools it had"
+            ) from None
+        server.tools = tools
         self.routes = _route(self.servers.values())
         return True
 

@@ -12,10 +12,17 @@ brought it up) is announced as if it had sent list_changed. A request the client
 answer (it did not advertise the capability, or no client is connected yet) gets a JSON-RPC
 error that says so.
 
-The downstream servers start before the client connects. Until the client has initialized,
-notifications are dropped (logged at debug level): the client's first `tools/list` sees the
-refreshed tools anyway. A server that asked for roots before then is sent
-`notifications/roots/list_changed` once a client with roots support is connected.
+What the downstream servers are told the proxy, as their client, supports: over stdio, what
+the one client's `initialize` advertised of sampling, elicitation and roots (`Relay(client=
+capabilities)`; the servers start after it), so that a server offering some tools only to
+capable clients does not offer them to a client that would see them fail; over HTTP, where
+clients come and go on shared servers, all three.
+
+The downstream servers start before the client has finished initializing (over HTTP, before
+any client connects). Until then, notifications are dropped (logged at debug level): the
+client's first `tools/list` sees the refreshed tools anyway. A server that asked for roots
+before then is sent `notifications/roots/list_changed` once a client with roots support is
+connected.
 
 Several clients (sessions) at once, as `compensator serve --http` allows: a list_changed goes
 to every session. Progress of a call goes to the session that made it (progress is tied to
@@ -35,7 +42,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -79,8 +86,11 @@ class Relay:
     Use as an async context manager around the pool (its task group runs the refreshes), pass
     it to `DownstreamPool(relay=...)`, and install `handlers()` on the proxy's server."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: Mapping[str, Any] | None = None) -> None:
         self.pool: DownstreamPool | None = None
+        self.offered = _offered(client)
+        """What the downstream sessions advertise: the client's capabilities (wire JSON) that
+        the proxy relays, by name; all of them when `client` is None."""
         self._clients: dict[Any, Any] = {}
         """Initialized sessions by `sdk.client_key`, least recently active first."""
         self._calls: list[tuple[str | None, sdk.ClientCall]] = []
@@ -148,13 +158,19 @@ class Relay:
         async def message_handler(message: Any) -> None:
             self._on_message(server, message)
 
-        return {
-            "sampling_callback": sampling,
-            "elicitation_callback": elicitation,
-            "list_roots_callback": list_roots,
+        options: dict[str, Any] = {
             "logging_callback": logging_callback,
             "message_handler": message_handler,
         }
+        # The SDK advertises each of these capabilities when its callback is given.
+        if "sampling" in self.offered:
+            options["sampling_callback"] = sampling
+            options["sampling_capabilities"] = _sampling_capability(self.offered["sampling"])
+        if "elicitation" in self.offered:
+            options["elicitation_callback"] = elicitation
+        if "roots" in self.offered:
+            options["list_roots_callback"] = list_roots
+        return options
 
     # -- the client ----------------------------------------------------------------------
 
@@ -428,6 +444,24 @@ async def _logged(function: Callable[..., Awaitable[None]], *args: Any) -> None:
         await function(*args)
     except Exception:
         log.exception("relaying failed in %s", getattr(function, "__name__", function))
+
+
+RELAYED = ("sampling", "elicitation", "roots")
+"""The client capabilities a downstream server may use through the proxy."""
+
+
+def _offered(client: Mapping[str, Any] | None) -> dict[str, Any]:
+    if client is None:
+        return {name: {} for name in RELAYED}
+    return {name: client[name] for name in RELAYED if client.get(name) is not None}
+
+
+def _sampling_capability(wire: Any) -> types.SamplingCapability | None:
+    """The client's own sampling capability (e.g. with `tools`), else the SDK's default."""
+    try:
+        return types.SamplingCapability.model_validate(wire or {})
+    except ValueError:
+        return None
 
 
 def _error(message: str) -> types.ErrorData:

@@ -8,6 +8,11 @@ Tools: `echo` (garbage before and after the answer), `binary` (a non-UTF-8 line 
 `stray` (answers to unknown ids first), `huge_text` (`megabytes` of text in one block),
 `many_blocks` (`count` text blocks), `never` (only garbage and stray answers, no real one),
 `argv` (its command-line arguments as a JSON list, to show they arrive untouched).
+
+Two tools misbehave on `tools/list` instead: `go_quiet` announces
+`notifications/tools/list_changed` and then leaves every `tools/list` unanswered; its own
+answer comes once the first such `tools/list` has arrived, so the caller knows a re-list is
+hanging. `grow` ends the silence, adds a tool `grown` and announces the change again.
 """
 
 from __future__ import annotations
@@ -47,7 +52,14 @@ TOOLS = [
     {"name": "many_blocks", "inputSchema": {"type": "object", "properties": {"count": _NUMBER}}},
     {"name": "never", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "argv", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "go_quiet", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "grow", "inputSchema": {"type": "object", "properties": {}}},
 ]
+GROWN = {"name": "grown", "inputSchema": {"type": "object", "properties": {}}}
+LIST_CHANGED = b'{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}\n'
+
+quiet: dict[str, Any] = {"on": False, "caller": None}
+"""While "on", tools/list goes unanswered; "caller" is the go_quiet call waiting for one."""
 
 
 def write(*lines: bytes) -> None:
@@ -83,6 +95,16 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         write(answer(request_id, text_result(json.dumps(sys.argv[1:]))))
     elif name == "never":
         write(*TEXT_GARBAGE, *STRAY_ANSWERS)
+    elif name == "go_quiet":
+        quiet.update(on=True, caller=request_id)
+        write(LIST_CHANGED)
+    elif name == "grow":
+        quiet.update(on=False)
+        if GROWN not in TOOLS:
+            TOOLS.append(GROWN)
+        write(answer(request_id, text_result("grown")), LIST_CHANGED)
+    elif name == "grown":
+        write(answer(request_id, text_result("I am grown")))
     else:
         error = {"code": -32602, "message": f"unknown tool {name}"}
         write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode() + b"\n")
@@ -101,6 +123,10 @@ def handle(message: dict[str, Any]) -> None:
             "serverInfo": {"name": "noisy", "version": "0"},
         }
         write(answer(request_id, result))
+    elif method == "tools/list" and quiet["on"]:
+        caller, quiet["caller"] = quiet["caller"], None
+        if caller is not None:
+            write(answer(caller, text_result("a tools/list is left unanswered")))
     elif method == "tools/list":
         write(answer(request_id, {"tools": TOOLS}), *TEXT_GARBAGE)
     elif method == "tools/call":

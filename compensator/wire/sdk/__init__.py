@@ -2,8 +2,9 @@
 package branches on the SDK version.
 
 `base` says which line is installed; `client` holds the proxy's calls to its downstream
-servers, `server` and `catalog` the proxy's own server, `session` what passes between that
-server and its clients besides tools, and `http` streamable HTTP on both sides. The names
+servers, `server` and `catalog` the proxy's own server, `stdio` serving it to one client
+over stdio, `session` what passes between that server and its clients besides tools, and
+`http` streamable HTTP on both sides. The names
 below are the layer's interface: import them from here.
 """
 
@@ -26,7 +27,7 @@ from .client import (
     tool_to_wire,
 )
 from .http import connection_failed, http_session_manager, streamable_http
-from .server import ToolCaller, ToolLister, build_server, serve_stdio
+from .server import ToolCaller, ToolLister, build_server
 from .session import (
     CURRENT_CALL,
     ClientCall,
@@ -38,6 +39,7 @@ from .session import (
     notify_client,
     on_client_closed,
 )
+from .stdio import StdioWire, open_stdio, serve_stdio
 
 __all__ = [
     "CURRENT_CALL",
@@ -49,6 +51,7 @@ __all__ = [
     "ProgressCallback",
     "RelayHandlers",
     "SDKError",
+    "StdioWire",
     "ToolCaller",
     "ToolLister",
     "ask_client",
@@ -68,6 +71,7 @@ __all__ = [
     "notification_of",
     "notify_client",
     "on_client_closed",
+    "open_stdio",
     "result_parts",
     "sdk_error",
     "send_wire_request",

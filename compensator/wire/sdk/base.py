@@ -14,7 +14,10 @@ __all__ = [
     "SDK_VERSION",
     "SDKError",
     "as_timeout",
+    "dump_message",
     "error_data",
+    "error_response",
+    "parse_message",
     "sdk_error",
     "to_wire",
     "types_v1",
@@ -69,3 +72,29 @@ def error_data(exc: Exception) -> tuple[int, str, Any]:
     """(code, message, data) of an SDKError."""
     error = exc.error  # type: ignore[attr-defined]
     return int(error.code), str(error.message), error.data
+
+
+def parse_message(line: str | bytes) -> Any:
+    """One JSON-RPC message from a line of a stdio wire, as the SDK's own stdio transport
+    parses it (raises on anything that is not one)."""
+    if MCP2:
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    return types.JSONRPCMessage.model_validate_json(line)  # pragma: no cover - 1.x only
+
+
+def dump_message(message: Any) -> str:
+    """A JSON-RPC message as one line of a stdio wire, as the SDK's own transport writes it
+    (2.x leaves out fields never set, 1.x fields that are None)."""
+    if MCP2:
+        return str(message.model_dump_json(by_alias=True, exclude_unset=True))
+    return str(message.model_dump_json(by_alias=True, exclude_none=True))  # pragma: no cover
+
+
+def error_response(request_id: str | int, code: int, message: str) -> Any:
+    """A JSON-RPC error response to `request_id`, as a message a session reads."""
+    error = types.JSONRPCError(
+        jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message)
+    )
+    if MCP2:
+        return error
+    return types_v1.JSONRPCMessage(error)  # pragma: no cover - 1.x only

@@ -27,7 +27,7 @@ class CatalogHandlers:
     `notifications/resources/updated` on later); `get_prompt` the name and arguments;
     `complete` the request's params as a wire dict (`ref`, `argument`, `context`). Results are
     the SDK's result models. The flags set the advertised `resources.subscribe`,
-    `resources.listChanged` and `prompts.listChanged`."""
+    `resources.listChanged` and `prompts.listChanged` (`ProxyServer`, server.py)."""
 
     list_resources: PageLister | None = None
     list_resource_templates: PageLister | None = None
@@ -47,7 +47,6 @@ def add_catalog(server: Server[Any], handlers: CatalogHandlers) -> None:
         _add_catalog_v2(server, handlers)
     else:  # pragma: no cover - 1.x only
         _add_catalog_v1(server, handlers)
-    _adjust_capabilities(server, handlers)
 
 
 def _cursor(params: Any) -> str | None:
@@ -156,27 +155,3 @@ def _v1_subscriber(  # pragma: no cover - 1.x only
         return types_v1.ServerResult(types_v1.EmptyResult())
 
     return on_subscription
-
-
-def _adjust_capabilities(server: Server[Any], h: CatalogHandlers) -> None:
-    """Advertise `resources.subscribe` and the resources/prompts `listChanged` flags as given:
-    1.x always says subscribe=false, and both lines take listChanged from one
-    NotificationOptions shared with tools."""
-    derive = server.get_capabilities
-    changed = "list_changed" if MCP2 else "listChanged"
-    modern: Any = ()
-    if MCP2:
-        from mcp_types.version import MODERN_PROTOCOL_VERSIONS as modern
-
-    def get_capabilities(*args: Any, **kwargs: Any) -> types.ServerCapabilities:
-        capabilities = derive(*args, **kwargs)
-        if kwargs.get("protocol_version") in modern:
-            return capabilities  # 2026-07-28+: the SDK derives them from subscriptions/listen
-        if capabilities.resources is not None:
-            capabilities.resources.subscribe = h.resources_subscribe
-            setattr(capabilities.resources, changed, h.resources_list_changed)
-        if capabilities.prompts is not None:
-            setattr(capabilities.prompts, changed, h.prompts_list_changed)
-        return capabilities
-
-    server.get_capabilities = get_capabilities  # type: ignore[method-assign]

@@ -11,6 +11,7 @@ import mcp.types as types
 from mcp import ClientSession
 
 from ...errors import DownstreamError
+from ._private import next_request_id_v1
 from .base import MCP2, SDKError, as_timeout, to_wire, types_v1, wrap_request
 
 __all__ = [
@@ -79,8 +80,8 @@ async def _send_cancellable_v1(  # pragma: no cover - 1.x only
     seconds: float | None,
     progress_callback: ProgressCallback | None = None,
 ) -> types.CallToolResult:
-    # 1.x numbers requests from `_request_id` and takes the number before its first await.
-    request_id = session._request_id
+    # 1.x takes the request's number before its first await.
+    request_id = next_request_id_v1(session)
     try:
         result: types.CallToolResult = await session.send_request(
             wrap_request(request),

@@ -7,7 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.lowlevel import Server
+
+from ._private import create_http_client
 
 __all__ = ["connection_failed", "http_session_manager", "streamable_http"]
 
@@ -27,9 +29,8 @@ async def streamable_http(
     no longer knows the session (it restarted), so it did not handle the request. The SDK then
     fails the request with an error whose text differs by line and server."""
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
-    client = create_mcp_http_client(headers=dict(headers) if headers else None)
+    client = create_http_client(dict(headers) if headers else None)
     if on_session_lost is not None:
         callback = on_session_lost
 
@@ -61,8 +62,8 @@ def http_session_manager(server: Server[Any], allowed_hosts: list[str] | None) -
     Same module, class and arguments on both lines. `allowed_hosts` (Host header patterns such
     as "127.0.0.1:*") turns on the SDK's DNS-rebinding protection, Origin limited to the same
     hosts over http; None leaves it off. Both lines start each session with
-    `server.create_initialization_options()` and no arguments: the default is made to
-    advertise `tools.listChanged`, as `serve_stdio` does."""
+    `server.create_initialization_options()` and no arguments, whose defaults a
+    `ProxyServer` (compensator/wire/sdk/server.py) sets."""
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -75,13 +76,4 @@ def http_session_manager(server: Server[Any], allowed_hosts: list[str] | None) -
             allowed_hosts=list(allowed_hosts),
             allowed_origins=origins,
         )
-    create = server.create_initialization_options
-
-    def create_initialization_options(
-        notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        options = notification_options or NotificationOptions(tools_changed=True)
-        return create(options, *args, **kwargs)
-
-    server.create_initialization_options = create_initialization_options  # type: ignore[method-assign]
     return StreamableHTTPSessionManager(app=server, security_settings=security)

@@ -1,5 +1,5 @@
 """The proxy as a server to its client: the low-level server whose tool handlers skip the
-SDK's own validation, and serving it over stdio, on both SDK lines."""
+SDK's own validation, on both SDK lines (serving it over stdio is in `stdio`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,37 @@ from typing import Any
 
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.stdio import stdio_server
 
-from .. import stdio
 from .base import MCP2, types_v1
 from .catalog import CatalogHandlers, add_catalog
 from .session import handling_call
 
-__all__ = ["ToolCaller", "ToolLister", "build_server", "serve_stdio"]
+__all__ = ["ProxyServer", "ToolCaller", "ToolLister", "build_server"]
 
 ToolLister = Callable[[str | None], Awaitable[types.ListToolsResult]]
 ToolCaller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+
+
+class ProxyServer(Server[Any]):
+    """The SDK's low-level server, with the capabilities the proxy advertises set here.
+
+    `create_initialization_options` (what every transport asks at a session's start, with no
+    arguments over HTTP) advertises `tools.listChanged`, the resources and prompts
+    `listChanged` flags of `list_changed`, and `resources.subscribe` as `resources_subscribe`
+    (2.x derives it from the subscribe handler being there; 1.x always says false)."""
+
+    list_changed = NotificationOptions(tools_changed=True)
+    resources_subscribe = False
+
+    def create_initialization_options(
+        self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        chosen = notification_options or self.list_changed
+        options = super().create_initialization_options(chosen, *args, **kwargs)
+        resources = options.capabilities.resources
+        if resources is not None:
+            resources.subscribe = self.resources_subscribe
+        return options
 
 
 def build_server(
@@ -29,7 +49,7 @@ def build_server(
     call_tool: ToolCaller,
     *,
     catalog: CatalogHandlers | None = None,
-) -> Server[Any]:
+) -> ProxyServer:
     """A low-level server whose tool handlers skip the SDK's own validation and caching.
 
     `catalog` adds the resource, prompt and completion handlers that are not None (each
@@ -40,12 +60,18 @@ def build_server(
         server = _build_server_v1(name, version, instructions, list_tools, call_tool)
     if catalog is not None:
         add_catalog(server, catalog)
+        server.list_changed = NotificationOptions(
+            tools_changed=True,
+            resources_changed=catalog.resources_list_changed,
+            prompts_changed=catalog.prompts_list_changed,
+        )
+        server.resources_subscribe = catalog.resources_subscribe
     return server
 
 
 def _build_server_v2(
     name: str, version: str, instructions: str, list_tools: ToolLister, call_tool: ToolCaller
-) -> Server[Any]:
+) -> ProxyServer:
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return await list_tools(getattr(params, "cursor", None))
 
@@ -53,7 +79,7 @@ def _build_server_v2(
         with handling_call(ctx.session, ctx.request_id, ctx.meta, params.name):
             return await call_tool(params.name, dict(params.arguments or {}))
 
-    return Server(
+    return ProxyServer(
         name,
         version=version,
         instructions=instructions,
@@ -64,8 +90,8 @@ def _build_server_v2(
 
 def _build_server_v1(  # pragma: no cover - 1.x only
     name: str, version: str, instructions: str, list_tools: ToolLister, call_tool: ToolCaller
-) -> Server[Any]:
-    server: Any = Server(name, version=version, instructions=instructions)
+) -> ProxyServer:
+    server: Any = ProxyServer(name, version=version, instructions=instructions)
 
     async def on_list_tools(request: Any) -> Any:
         cursor = request.params.cursor if request.params is not None else None
@@ -80,17 +106,3 @@ def _build_server_v1(  # pragma: no cover - 1.x only
     server.request_handlers[types_v1.ListToolsRequest] = on_list_tools
     server.request_handlers[types_v1.CallToolRequest] = on_call_tool
     return server
-
-
-async def serve_stdio(server: Server[Any]) -> None:
-    """Serve one client over this process's stdin and stdout until it disconnects."""
-    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
-    if stdio.usable():
-        # Pipes on the loop instead of the SDK's worker threads: see compensator/wire/stdio.py.
-        async with stdio.pipe_stdio() as (stdin, stdout):
-            transport = stdio_server(stdin, stdout)  # type: ignore[arg-type]
-            async with transport as (read_stream, write_stream):
-                await server.run(read_stream, write_stream, options)
-        return
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, options)

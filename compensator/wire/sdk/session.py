@@ -13,6 +13,8 @@ from typing import Any
 import mcp.types as types
 from mcp.server.lowlevel import Server
 
+from . import _private
+from ._private import wrap_handle_message_v1
 from .base import MCP2, types_v1
 
 __all__ = [
@@ -112,13 +114,14 @@ def _install_relay_v2(server: Server[Any], handlers: RelayHandlers) -> None:
 def _install_relay_v1(server: Any, handlers: RelayHandlers) -> None:  # pragma: no cover
     # 1.x hands notification handlers no session; `run` passes it to `_handle_message`, which
     # is looked up on the instance, so wrapping it there sees the session of every message.
-    handle_message = server._handle_message
+    def wrap(handle_message: Any) -> Any:
+        async def on_message(message: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
+            root = getattr(message, "root", None)
+            if isinstance(root, types_v1.InitializedNotification):
+                handlers.on_client(session)
+            return await handle_message(message, session, *args, **kwargs)
 
-    async def on_message(message: Any, session: Any, *args: Any, **kwargs: Any) -> Any:
-        root = getattr(message, "root", None)
-        if isinstance(root, types_v1.InitializedNotification):
-            handlers.on_client(session)
-        return await handle_message(message, session, *args, **kwargs)
+        return on_message
 
     async def on_set_level(request: Any) -> Any:
         await handlers.set_level(request.params.level)
@@ -127,7 +130,7 @@ def _install_relay_v1(server: Any, handlers: RelayHandlers) -> None:  # pragma: 
     async def on_roots_changed(notification: Any) -> None:
         await handlers.roots_changed()
 
-    server._handle_message = on_message
+    wrap_handle_message_v1(server, wrap)
     server.request_handlers[types_v1.SetLevelRequest] = on_set_level
     server.notification_handlers[types_v1.RootsListChangedNotification] = on_roots_changed
 
@@ -170,7 +173,7 @@ def on_client_closed(session: Any, callback: Callable[[], None]) -> None:
     """Run `callback` when the client connection of `session` closes, where the SDK says so
     (2.x: the connection's exit stack). On 1.x sending to a closed session raises
     ClosedResourceError, which is how the relay finds out there."""
-    connection = getattr(session, "_connection", None) if MCP2 else None
+    connection = _private.connection(session) if MCP2 else None
     if connection is not None:
         connection.exit_stack.callback(callback)
 
@@ -179,5 +182,5 @@ def client_key(session: Any) -> Any:
     """What stays the same for every message of one client connection: 1.x has one
     ServerSession per connection, 2.x builds one per message around the connection."""
     if MCP2:
-        return getattr(session, "_connection", session)
+        return _private.connection(session) or session
     return session  # pragma: no cover - 1.x only

@@ -1,0 +1,155 @@
+"""Serving the proxy to one client over this process's stdin and stdout, on both SDK lines.
+
+`open_stdio` reads the client's first message before anything is served: it is `initialize`,
+whose capabilities decide what the proxy advertises to its downstream servers (started after
+it, compensator/cli/serve.py). `StdioWire.serve` then runs the server with that message
+first. Over pipes the lines go through compensator/wire/stdio.py on the event loop; anything
+else (a regular file on stdin) through the SDK's own `stdio_server`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.abc
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+
+from .. import stdio as pipes
+from .base import MCP2, dump_message, error_response, parse_message
+
+__all__ = ["StdioWire", "open_stdio", "serve_stdio"]
+
+log = logging.getLogger(__name__)
+
+
+class StdioWire:
+    """The client's stdio connection, its first message already read (see `open_stdio`)."""
+
+    def __init__(self, read_stream: Any, write_stream: Any, first: Any) -> None:
+        self._read, self._write, self._first = read_stream, write_stream, first
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client closed the connection without sending anything."""
+        return self._first is None
+
+    @property
+    def initialize(self) -> dict[str, Any] | None:
+        """The params of the client's `initialize` request (wire JSON), or None when its first
+        message was something else or it closed the connection without one."""
+        message = self._first.message if isinstance(self._first, SessionMessage) else None
+        root = message if MCP2 else getattr(message, "root", None)
+        if getattr(root, "method", None) != "initialize" or getattr(root, "id", None) is None:
+            return None
+        params = getattr(root, "params", None)
+        return dict(params) if isinstance(params, dict) else {}
+
+    async def serve(self, server: Server[Any]) -> None:
+        """Run `server` on the connection, from its first message, until the client leaves."""
+        if self._first is None:
+            return  # the client closed stdin before sending anything
+        options = server.create_initialization_options()
+        read_stream = _Replayed(self._first, self._read)
+        await server.run(read_stream, self._write, options)
+
+
+@contextlib.asynccontextmanager
+async def open_stdio() -> AsyncIterator[StdioWire]:
+    """Take over stdin and stdout for the MCP wire and read the client's first message."""
+    if pipes.usable():
+        # Pipes on the loop instead of the SDK's worker threads: see compensator/wire/stdio.py.
+        async with (
+            pipes.pipe_stdio() as (reader, writer),
+            _over_lines(reader, writer) as (read_stream, write_stream),
+        ):
+            yield StdioWire(read_stream, write_stream, await _first(read_stream))
+        return
+    async with stdio_server() as (read_stream, write_stream):
+        yield StdioWire(read_stream, write_stream, await _first(read_stream))
+
+
+async def serve_stdio(server: Server[Any]) -> None:
+    """Serve `server` to one client over stdin and stdout until it disconnects."""
+    async with open_stdio() as wire:
+        await wire.serve(server)
+
+
+async def _first(read_stream: Any) -> Any:
+    """The first message of the connection (an SDK SessionMessage, or the exception a line
+    that was not one became), or None when the client closed it first."""
+    try:
+        return await read_stream.receive()
+    except (anyio.EndOfStream, anyio.ClosedResourceError):
+        return None
+
+
+class _Replayed(anyio.abc.ObjectReceiveStream[Any]):
+    """A read stream that yields `first`, then what `rest` yields."""
+
+    def __init__(self, first: Any, rest: Any) -> None:
+        self._first, self._rest, self._replayed = first, rest, False
+
+    async def receive(self) -> Any:
+        if not self._replayed:
+            self._replayed = True
+            return self._first
+        return await self._rest.receive()
+
+    async def aclose(self) -> None:
+        await self._rest.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _over_lines(
+    reader: pipes.LineReader, writer: pipes.LineWriter
+) -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) message streams a server runs on, over a line reader and writer: the
+    SDK's `stdio_server` does the same over its own file objects only. A line over the limit
+    is answered here (see `_refuse`)."""
+    read_in, read_out = anyio.create_memory_object_stream[Any](0)
+    write_in, write_out = anyio.create_memory_object_stream[Any](0)
+
+    async def read_lines() -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            async with read_in:
+                async for line in reader:
+                    if isinstance(line, pipes.TooLong):
+                        await _refuse(line, read_in, writer)
+                        continue
+                    try:
+                        message = parse_message(line)
+                    except Exception as exc:  # the SDK's own transport passes it on likewise
+                        await read_in.send(exc)
+                        continue
+                    await read_in.send(SessionMessage(message))
+
+    async def write_lines() -> None:
+        with contextlib.suppress(anyio.ClosedResourceError):
+            async with write_out:
+                async for session_message in write_out:
+                    await writer.write(dump_message(session_message.message) + "\n")
+                    await writer.flush()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_lines)
+        group.start_soon(write_lines)
+        yield read_out, write_in
+
+
+async def _refuse(line: pipes.TooLong, read_in: Any, writer: pipes.LineWriter) -> None:
+    """A request over the limit gets a JSON-RPC error; a response over it (the client's answer
+    to a request of ours) fails that request with the same words; anything else is logged."""
+    log.warning("%s", line.describe())
+    refusal = line.refusal()
+    if refusal is not None:
+        await writer.write_bytes(refusal)
+        await writer.flush()
+    elif line.is_response and line.request_id is not None:
+        error = error_response(line.request_id, pipes.INVALID_REQUEST, line.describe())
+        await read_in.send(SessionMessage(error))
