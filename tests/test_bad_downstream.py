@@ -4,7 +4,6 @@ answers after. The downstream is tests/servers/noisy_server.py, written on raw s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,11 +101,9 @@ async def test_only_stray_answers_time_out(
     """Answers to ids never sent do not complete a pending call; its call_timeout does."""
     faults.kind, faults.injected = "only answers to ids never sent", 1
     async with proxy(config, env=tasks_env) as client:
-        started = time.monotonic()
         reply = await client.call("silent__never")
         assert reply.is_error
-        assert "did not answer" in reply.text, reply.text
-        assert time.monotonic() - started < 30
+        assert "server 'silent' did not answer 'never' within 2 s" in reply.text, reply.text
         [change] = [c for c in await client.list_changes() if c["tool"] == "silent__never"]
         assert change["status"] == "unknown"
         echo = await client.call("silent__echo", {"text": "ok"})

@@ -60,6 +60,34 @@ def test_serve_with_a_typo_names_file_line_and_fix(tmp_path: Path):
     assert not (tmp_path / "x.db").exists()
 
 
+def test_a_bad_log_level_is_a_usage_error_not_a_traceback(tmp_path: Path):
+    config = EXAMPLES / "compensators.yaml"
+    for command in (("-m", "compensator", "serve"), ("-m", "compensator.proxy")):
+        result = run(
+            *command, "--config", str(config), "--db", "x.db", "--log-level", "nonsense",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert result.stdout == ""  # stdout belongs to the MCP wire
+        assert "usage:" in result.stderr and "--log-level" in result.stderr
+        assert "invalid choice" in result.stderr and "DEBUG" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert not (tmp_path / "x.db").exists()
+
+
+def test_the_log_level_is_case_insensitive(tmp_path: Path):
+    # A registry that fails to load after the arguments are parsed: a level argparse turned
+    # away would end in its usage error instead of the registry's.
+    config = tmp_path / "broken.yaml"
+    config.write_text("servers: {}\n")
+    result = run(
+        "-m", "compensator", "serve", "--config", str(config), "--log-level", "debug",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "invalid choice" not in result.stderr
+    assert result.returncode == 2 and "no servers are defined" in result.stderr, result.stderr
+
+
 def test_demo_runs_from_anywhere_and_leaves_nothing_behind(tmp_path: Path):
     before = _untracked_files()
     result = run(str(EXAMPLES / "demo.py"), cwd=tmp_path, timeout=120)

@@ -1,6 +1,9 @@
 """The gate between mutating calls (shared) and undo (exclusive), as pure logic on one loop.
 
-The end-to-end race is in tests/test_concurrency.py; these pin down each ordering rule."""
+The end-to-end race is in tests/test_concurrency.py; these pin down each ordering rule. A task
+holds the gate, or lets the others move, until every other task is blocked on something
+(`anyio.wait_all_tasks_blocked`): the point where the gate has decided, however slow the
+machine, so no test waits a guessed time."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ pytestmark = pytest.mark.anyio
 async def most_inside_at_once(
     enter: Callable[[], AbstractAsyncContextManager[None]], holders: int
 ) -> int:
-    """Start `holders` tasks that each hold `enter()` for a moment; how many held it at once."""
+    """Start `holders` tasks that each hold `enter()` until every other task waits (inside
+    too, or at the gate); how many held it at once."""
     inside = most = 0
 
     async def hold() -> None:
@@ -27,7 +31,7 @@ async def most_inside_at_once(
         async with enter():
             inside += 1
             most = max(most, inside)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             inside -= 1
 
     with anyio.fail_after(5):
@@ -64,7 +68,7 @@ class Traffic:
         with self.undo_scope:
             async with self.gate.exclusive():
                 self.events.append("undo in")
-                await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()  # a call let in now would come in here
                 self.events.append("undo out")
 
     async def second_call(self) -> None:
@@ -74,7 +78,7 @@ class Traffic:
     async def start(self, group: anyio.abc.TaskGroup) -> None:
         for task in (self.first_call, self.undo, self.second_call):
             group.start_soon(task)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # in, or queued: the order is fixed
 
 
 async def test_exclusive_waits_for_calls_in_flight_and_later_calls_wait_for_it() -> None:
@@ -93,7 +97,7 @@ async def test_a_cancelled_undo_lets_held_back_calls_go() -> None:
         async with anyio.create_task_group() as group:
             await traffic.start(group)
             traffic.undo_scope.cancel()
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             assert traffic.events == ["call 1 in", "call 2 in"], (
                 "the call stayed held back by a cancelled undo"
             )

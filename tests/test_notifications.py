@@ -322,6 +322,19 @@ async def test_everything_simulated_logging_is_forwarded(connect):
     }
 
 
+@quiet_deprecation
+async def test_leaving_while_the_proxy_still_forwards_is_clean(connect):
+    # The client leaves in the middle of a flood of log messages: what the proxy still writes
+    # while the client shuts down must not escape as BrokenResourceError (mcp 1.x's
+    # stdio_client; launch_proxy reads the proxy's output to its end).
+    client = Client()
+    async with connect(ASKER, client) as proxy_client, anyio.create_task_group() as group:
+        group.start_soon(proxy_client.call, "asker__chatty", {"count": 100_000})
+        await client.logs.wait_for(lambda log: True, "a log message")
+        group.cancel_scope.cancel()
+    assert 0 < len(client.logs.items) < 100_000  # it left mid-flood
+
+
 # -- server-initiated requests --------------------------------------------------------------
 
 

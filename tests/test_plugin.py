@@ -71,7 +71,10 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
         "tasks__list_tasks",
     ]
     assert all(data["tools"][read]["calls"] > 0 for read in data["reads"])
-    assert data["reset_seconds_per_example"] < 1.0
+    # Fresh state came from the registry's reset: calls, not a new proxy per example (how
+    # fast that is, is benchmarks/verification.py's business).
+    assert data["fresh_state"] == "the registry's reset: calls"
+    assert data["reset_seconds_per_example"] > 0
 
 
 @pytest.mark.thorough

@@ -151,7 +151,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "$XDG_STATE_HOME/mcp-compensator, i.e. ~/.local/state/mcp-compensator)",
     )
     parser.add_argument(
-        "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)"
+        "--log-level",
+        default="INFO",
+        type=str.upper,  # before choices are checked, so `debug` is as good as `DEBUG`
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        metavar="LEVEL",
+        help="DEBUG, INFO, WARNING or ERROR (logs go to stderr; default INFO)",
     )
     parser.add_argument(
         "--fsync",

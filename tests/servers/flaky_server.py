@@ -6,6 +6,7 @@ what the previous one wrote and tests can watch from outside:
 - `state.json`: the key-value store of `put` / `put_after_change` / `get` / `restore`;
 - `starts.log`: one line per process start (written before anything can fail);
 - `events.log`: `started <tag>`, then `finished <tag>` or `cancelled <tag>`, from `sleep`;
+  `hanging` once `hang` has the call;
 - marker files read at start: `fail-start` (exit 4 before serving), `hang-start` (sleep
   before serving, never answering `initialize`), `drop-get` (do not offer `get`).
 """
@@ -99,7 +100,8 @@ async def sleep(seconds: float, tag: str = "") -> dict[str, Any]:
 
 
 async def hang() -> dict[str, Any]:
-    """Never answer."""
+    """Never answer (records `hanging` in events.log first)."""
+    _event("hanging")
     await anyio.sleep_forever()
     return {}
 
