@@ -74,12 +74,16 @@ class DownstreamError(CompensatorError, RuntimeError):
 
     `maybe_applied` is True when the request may have reached the server (a timeout, the
     server dying mid-call, a cancellation): the call's effect is then in doubt. False means it
-    was never sent, so nothing happened.
+    was never sent, so nothing happened, unless `answered` is True: the server answered with a
+    JSON-RPC error, which is its way of saying the call failed, like an isError result.
     """
 
-    def __init__(self, message: str, *, maybe_applied: bool = False) -> None:
+    def __init__(
+        self, message: str, *, maybe_applied: bool = False, answered: bool = False
+    ) -> None:
         super().__init__(message)
         self.maybe_applied = maybe_applied
+        self.answered = answered
 
 
 class MetaArgumentError(CompensatorError, ValueError):

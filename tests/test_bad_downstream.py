@@ -45,7 +45,8 @@ tools:
     inverse_tool: tasks__delete_task
     inverse_args: {id: "{result.id}"}
 """
-# noisy__huge_text and silent__never are left unclassified: journaled with their results.
+# noisy__huge_text, silent__never and raw__refuse are left unclassified: journaled with their
+# results.
 
 
 @pytest.fixture
@@ -109,6 +110,24 @@ async def test_only_stray_answers_time_out(
         echo = await client.call("silent__echo", {"text": "ok"})
         assert (echo.is_error, echo.text) == (False, "ok")
         await _others_work(client, "after silence")
+    faults.survived += 1
+
+
+async def test_a_json_rpc_error_is_a_failed_call_not_an_unsent_one(
+    proxy: Launcher, config: Path, tasks_env: dict[str, str], faults: Faults
+) -> None:
+    """The server got the call and answered with an error: the client must not be told that
+    the call was never sent, and the journal keeps it as a failed call, not a lost one."""
+    faults.kind, faults.injected = "a JSON-RPC error for a tool call", 1
+    async with proxy(config, env=tasks_env) as client:
+        reply = await client.call("raw__refuse")
+        assert reply.is_error
+        assert "server 'raw' failed on 'refuse'" in reply.text, reply.text
+        assert "refused after starting" in reply.text, reply.text
+        assert "not sent" not in reply.text and "a failed call" in reply.text, reply.text
+        [change] = [c for c in await client.list_changes() if c["tool"] == "raw__refuse"]
+        assert change["status"] == "error", change
+        await _others_work(client, "after a JSON-RPC error")
     faults.survived += 1
 
 

@@ -13,6 +13,7 @@ import pytest
 from compensator.wire.stdio import TooLong, top_level_members
 
 from .conftest import EXAMPLES, SERVERS
+from .faults import tally
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -123,6 +124,7 @@ def test_a_line_over_the_limit_gets_an_error_and_the_proxy_serves_on(tmp_path: P
     assert listed["id"] == 2 and "tools" in listed["result"], listed
     assert "notifications/progress" in stderr and "over the limit of 64 MiB" in stderr, stderr
     assert proxy.returncode == 0, stderr
+    tally("oversized client line", injected=2, survived=2)
 
 
 def receive(stream, method: str) -> dict:  # type: ignore[no-untyped-def]

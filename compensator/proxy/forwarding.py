@@ -177,11 +177,14 @@ class Proxy:
             del self._unsettled[change_id]
 
     def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
-        """A call that got no answer: `unknown` when it may have reached the server."""
+        """A call that got no result: `unknown` when it may have reached the server, `error`
+        when the server answered with a JSON-RPC error or the call was never sent."""
         if exc.maybe_applied:
             self._settle(change_id, Status.UNKNOWN, None, str(exc))
             return error_result(f"{exc} (journaled as change {change_id}, outcome unknown)")
         self._settle(change_id, Status.ERROR, None, str(exc))
+        if exc.answered:
+            return error_result(f"{exc} (journaled as change {change_id}, a failed call)")
         return error_result(f"{exc} (the call was not sent; nothing changed)")
 
     async def _record_post_state(

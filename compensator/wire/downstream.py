@@ -364,7 +364,8 @@ class Downstream:
                 message = f"server {self.name!r} lost its HTTP session (it restarted)"
                 raise SessionLost(message) from exc
             if isinstance(exc, sdk.SDKError):  # the server answered with a JSON-RPC error
-                raise DownstreamError(f"server {self.name!r} failed on {tool!r}: {exc}") from exc
+                message = f"server {self.name!r} failed on {tool!r}: {exc}"
+                raise DownstreamError(message, answered=True) from exc
             message = f"server {self.name!r} is gone: {describe(exc)}"
             raise DownstreamError(message, maybe_applied=True) from exc
         except OSError as exc:

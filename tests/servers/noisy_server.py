@@ -7,7 +7,8 @@ JSON, JSON that is not JSON-RPC, responses to ids never sent, and bytes that are
 Tools: `echo` (garbage before and after the answer), `binary` (a non-UTF-8 line first),
 `stray` (answers to unknown ids first), `huge_text` (`megabytes` of text in one block),
 `many_blocks` (`count` text blocks), `never` (only garbage and stray answers, no real one),
-`argv` (its command-line arguments as a JSON list, to show they arrive untouched).
+`argv` (its command-line arguments as a JSON list, to show they arrive untouched), `refuse`
+(a JSON-RPC error instead of a result, as a server does when a handler raises past its SDK).
 
 Two tools misbehave on `tools/list` instead: `go_quiet` announces
 `notifications/tools/list_changed` and then leaves every `tools/list` unanswered; its own
@@ -52,6 +53,7 @@ TOOLS = [
     {"name": "many_blocks", "inputSchema": {"type": "object", "properties": {"count": _NUMBER}}},
     {"name": "never", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "argv", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "refuse", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "go_quiet", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "grow", "inputSchema": {"type": "object", "properties": {}}},
 ]
@@ -93,6 +95,9 @@ def call(request_id: Any, name: str, args: dict[str, Any]) -> None:
         write(answer(request_id, {"content": blocks}))
     elif name == "argv":
         write(answer(request_id, text_result(json.dumps(sys.argv[1:]))))
+    elif name == "refuse":
+        error = {"code": -32603, "message": "refused after starting"}
+        write(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode() + b"\n")
     elif name == "never":
         write(*TEXT_GARBAGE, *STRAY_ANSWERS)
     elif name == "go_quiet":
