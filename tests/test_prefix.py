@@ -198,7 +198,6 @@ def _error(text: str, tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("prefix", "words"),
     [
-        ("''", "the prefix is empty"),
         ("a__b", "must not contain '__'"),
         ("ab_", "must not contain '__' or end with '_'"),
         ("'a b'", "may only contain letters, digits"),

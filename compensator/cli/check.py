@@ -33,7 +33,7 @@ async def observe(registry: Registry, startup_timeout: float = STARTUP_TIMEOUT) 
     """Start the registry's servers, list their tools, and stop them again."""
     async with DownstreamPool(registry.servers.values(), startup_timeout=startup_timeout) as pool:
         tools = {name: _live_tool(routed) for name, routed in pool.routes.items()}
-        return LiveView(tools=tools, failures=dict(pool.failures))
+        return LiveView(tools=tools, failures=dict(pool.failures), hidden=dict(pool.hidden))
 
 
 def _live_tool(routed: RoutedTool) -> LiveTool:

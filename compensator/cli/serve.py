@@ -118,6 +118,8 @@ def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
         room = len(prefix) - (length - MAX_NAME_LENGTH)  # the longest prefix that fits
         if room >= 1:
             fix = f"set a prefix: of at most {room} characters on servers.{server}"
+        elif not prefix:
+            fix = f'servers.{server} has prefix: "", so the server has to rename the tool'
         else:
             fix = "even a one-letter prefix: is too long; the server has to rename the tool"
         log.warning(

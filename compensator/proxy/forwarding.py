@@ -25,9 +25,10 @@ __all__ = ["INSTRUCTIONS", "Proxy", "error_result", "json_result"]
 log = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
-    "Every tool of the servers behind this proxy is available as server__tool. Mutating calls "
-    "are journaled. Call `checkpoint` before risky work, `explain_blast_radius` before a tool "
-    "whose effect you are unsure of, and `undo_to` to put things back."
+    "Every tool of the servers behind this proxy is available as server__tool (a server set "
+    "up without a prefix keeps its own tool names). Mutating calls are journaled. Call "
+    "`checkpoint` before risky work, `explain_blast_radius` before a tool whose effect you "
+    "are unsure of, and `undo_to` to put things back."
 )
 
 _META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
@@ -47,7 +48,8 @@ def error_result(message: str) -> types.CallToolResult:
 
 
 class Proxy:
-    """Routes `server__tool` calls downstream and answers the meta tools itself."""
+    """Routes `server__tool` calls (and the unprefixed server's own names) downstream and
+    answers the meta tools itself."""
 
     def __init__(self, registry: Registry, journal: JournalStore, pool: DownstreamPool) -> None:
         self.registry = registry

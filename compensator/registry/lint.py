@@ -27,12 +27,12 @@ import difflib
 import enum
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import CompensatorError, did_you_mean
-from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, split_name, too_long
+from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, resolve, too_long
 from .expressions import Expression, Template
 from .model import Registry, ToolPolicy
 from .yamlnodes import line_of, load_with_lines
@@ -87,6 +87,8 @@ class LiveView:
 
     tools: Mapping[str, LiveTool]
     failures: Mapping[str, str]
+    hidden: Mapping[str, str] = field(default_factory=dict)
+    """The unprefixed server's tools left out, with what takes each one's name."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +161,7 @@ def lint(registry: Registry, live: LiveView, client: str = CLIENT_NAME) -> list[
     """Every finding for `registry` against `live`, errors first; `client` is the name the
     client knows the proxy by, part of the tool names it shows."""
     findings = [*_failed_servers(registry, live), *_long_names(registry, live, client)]
+    findings.extend(_hidden(registry, live))
     prefixes = {spec.exposed_prefix: name for name, spec in registry.servers.items()}
     for reference in _references(registry):
         findings.extend(_check_reference(reference, live, prefixes))
@@ -213,6 +216,17 @@ def _long_names(registry: Registry, live: LiveView, client: str) -> Iterator[Fin
         yield _error(name, f"servers.{tool.server}", message)
 
 
+def _hidden(registry: Registry, live: LiveView) -> Iterator[Finding]:
+    server = next((s.name for s in registry.servers.values() if not s.exposed_prefix), None)
+    for name, why in live.hidden.items():
+        message = (
+            f"server '{server}' (prefix: \"\") offers {name}, but {why} takes that name, so the "
+            f"proxy leaves the tool out and clients cannot call it. Give servers.{server} a "
+            "prefix: to offer it, or have the server rename it."
+        )
+        yield _error(name, f"servers.{server}.prefix", message)
+
+
 def _references(registry: Registry) -> Iterator[_Reference]:
     for name in registry.tools:
         yield _Reference(tool=name, key=f"tools.{name}", args=None)
@@ -245,8 +259,8 @@ def _check_reference(
     target = live.tools.get(reference.tool)
     if target is not None:
         return [] if reference.args is None else _check_fit(reference.args, target)
-    split = split_name(reference.tool)
-    if split is not None and prefixes.get(split[0], split[0]) in live.failures:
+    resolved = resolve(reference.tool, prefixes)
+    if resolved is not None and prefixes[resolved[0]] in live.failures:
         return []  # the failed server is reported once, as its own error
     close = difflib.get_close_matches(reference.tool, list(live.tools), n=1)
     fix = f"Did you mean '{close[0]}'?" if close else "Fix the name, or remove what uses it."

@@ -32,12 +32,13 @@ class ServerSpec:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     """HTTP headers sent with every request to `url`, `${NAME}` expanded."""
     prefix: str | None = None
-    """Replaces `name` in the exposed tool names: `prefix__tool`."""
+    """Replaces `name` in the exposed tool names: `prefix__tool`; "" exposes them unprefixed."""
 
     @property
     def exposed_prefix(self) -> str:
-        """What exposed tool names of this server start with (before `__`)."""
-        return self.prefix or self.name
+        """What exposed tool names of this server start with (before `__`); "" when they are
+        exposed under the server's own names."""
+        return self.name if self.prefix is None else self.prefix
 
 
 @dataclass(frozen=True, kw_only=True)

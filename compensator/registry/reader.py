@@ -158,29 +158,57 @@ class Reader:
     # -- tool names -----------------------------------------------------------------------
 
     def target(self, value: Any, key: str) -> str:
-        """A downstream tool name as clients see it: `<server or prefix>__<tool>`."""
+        """A downstream tool name as clients see it: `<server or prefix>__<tool>`, or the
+        tool's own name when a server has `prefix: ""` (see compensator/names.py)."""
         name = self.expect(value, str, key)
+        unprefixed = self.prefixes.get("")
         if name in META_TOOLS:
-            problem = f"'{name}' is a compensator meta tool, not a downstream tool"
-            raise self.error(key, problem, "Name a downstream tool as server__tool.")
-        prefixes = list(self.prefixes) or list(self.server_names)
+            raise self._meta_tool(name, key, unprefixed)
+        prefixes = [p for p in self.prefixes if p] or list(self.server_names)
         split = split_name(name)
+        if split is not None and split[0] in prefixes:
+            return name
+        if split is not None:
+            server, rest = split
+            renamed = next((p for p, s in self.prefixes.items() if s == server and p != s), None)
+            if renamed is not None:
+                raise self._renamed(server, renamed, rest, key)
+        if unprefixed is not None:
+            return name
         if split is None:
             fix = f"Prefix it with its server's name, e.g. '{exposed_name(prefixes[0], name)}'."
             raise self.error(key, f"'{name}' is not of the form server__tool", fix)
         server, rest = split
-        if server in prefixes:
-            return name
-        renamed = next((p for p, s in self.prefixes.items() if s == server and p != s), None)
-        if renamed is not None:
-            problem = f"server '{server}' has prefix: {renamed}, so its tools are {renamed}__..."
-            renamed_tool = exposed_name(renamed, rest)
-            fix = f"Write '{renamed_tool}': the registry names tools as clients see them."
-            raise self.error(key, problem, fix)
         close = difflib.get_close_matches(server, prefixes, n=1)
         fix = f"Did you mean '{exposed_name(close[0], rest)}'?" if close else self.known_servers()
         raise self.error(key, f"'{name}' names unknown server '{server}'", fix)
 
+    def _meta_tool(self, name: str, key: str, unprefixed: str | None) -> RegistryError:
+        if unprefixed is None:
+            problem = f"'{name}' is a compensator meta tool, not a downstream tool"
+            return self.error(key, problem, "Name a downstream tool as server__tool.")
+        problem = (
+            f"'{name}' is both a compensator meta tool and, unprefixed, a name of server "
+            f"'{unprefixed}' (prefix: \"\"); the proxy answers a call of it itself"
+        )
+        fix = (
+            f"Remove the entry; to reach the server's own {name}, give servers.{unprefixed} "
+            f"a prefix: and write it as prefix__{name}."
+        )
+        return self.error(key, problem, fix)
+
+    def _renamed(self, server: str, prefix: str, rest: str, key: str) -> RegistryError:
+        """`server__tool` for a server exposed under another prefix (or none)."""
+        if prefix:
+            problem = f"server '{server}' has prefix: {prefix}, so its tools are {prefix}__..."
+        else:
+            problem = f"server '{server}' has prefix: \"\", so its tools keep their own names"
+        fix = f"Write '{exposed_name(prefix, rest)}': the registry names tools as clients see them."
+        return self.error(key, problem, fix)
+
     def known_servers(self) -> str:
-        shown = [p if p == s else f"{p} (server {s})" for p, s in self.prefixes.items()]
+        shown = [
+            p if p == s else f"{p} (server {s})" if p else f'{s} (prefix: "")'
+            for p, s in self.prefixes.items()
+        ]
         return f"Known servers: {', '.join(shown or self.server_names)}."

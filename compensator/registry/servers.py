@@ -8,6 +8,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..errors import RegistryError
 from . import keys
 from .model import ServerSpec
 from .reader import Reader
@@ -31,13 +32,24 @@ def read_servers(r: Reader, raw: Any) -> dict[str, ServerSpec]:
     for spec in specs.values():
         other = r.prefixes.setdefault(spec.exposed_prefix, spec.name)
         if other != spec.name:
-            where = f"servers.{spec.name}" + (".prefix" if spec.prefix else "")
-            problem = (
-                f"servers '{other}' and '{spec.name}' would both expose their tools as "
-                f"'{spec.exposed_prefix}__...'"
-            )
-            raise r.error(where, problem, "Give one of them a different prefix:.")
+            raise _clash(r, specs[other], spec)
     return specs
+
+
+def _clash(r: Reader, first: ServerSpec, second: ServerSpec) -> RegistryError:
+    """Two servers whose tools would be exposed under the same names."""
+    where = f"servers.{second.name}" + (".prefix" if second.prefix is not None else "")
+    if not second.exposed_prefix:
+        problem = (
+            f"servers '{first.name}' and '{second.name}' both have prefix: \"\", and at most one "
+            "server may expose its tools under their own names (two could offer the same name)"
+        )
+        return r.error(where, problem, "Give one of them a prefix: (its name, say).")
+    problem = (
+        f"servers '{first.name}' and '{second.name}' would both expose their tools as "
+        f"'{second.exposed_prefix}__...'"
+    )
+    return r.error(where, problem, "Give one of them a different prefix:.")
 
 
 def _server(r: Reader, name: str, raw: Any, key: str) -> ServerSpec:
@@ -129,10 +141,9 @@ def _headers(r: Reader, raw: Any, key: str) -> dict[str, str]:
 
 def _prefix(r: Reader, raw: Any, key: str) -> str:
     text: str = r.expect(raw, str, key)
-    if not text:
-        fix = "Write a short name such as fs, or remove prefix: to use the server's name."
-        raise r.error(key, "the prefix is empty", fix)
-    _check_name(r, text, key, "prefix", "Write a short name such as fs.", "Change the prefix")
+    if text:  # "" exposes the server's tools under their own names
+        fix = "Write a short name such as fs."
+        _check_name(r, text, key, "prefix", fix, "Change the prefix")
     return text
 
 

@@ -79,7 +79,19 @@ class Catalog:
         if not same:
             self._key, self._tables = key, Tables(servers)
             self._warn_collisions(self._tables.collisions)
+            self._warn_hidden(self._tables.hidden_prompts)
         return self._tables
+
+    def _warn_hidden(self, hidden: dict[str, str]) -> None:
+        for name, why in hidden.items():
+            if ("prompt", name, why) not in self._warned:
+                self._warned.add(("prompt", name, why))
+                log.warning(
+                    "the unprefixed server's prompt %r is left out: %s takes that name; give "
+                    "the server a prefix: to offer it",
+                    name,
+                    why,
+                )
 
     def _warn_collisions(self, collisions: Iterable[tuple[str, str, str]]) -> None:
         """One warning per pair of servers, for the collisions not reported before."""

@@ -13,7 +13,7 @@ import anyio
 import mcp.types as types
 
 from ..errors import DownstreamError
-from ..names import exposed_name, split_name
+from ..names import exposed_name, hidden_by, resolve
 from ..registry import ServerSpec
 from . import sdk
 from .downstream import STARTUP_TIMEOUT, Downstream, SessionLost, seconds
@@ -78,7 +78,10 @@ class DownstreamPool:
         }
         self.routes: dict[str, RoutedTool] = {}
         self.prefixes: dict[str, str] = {s.prefix: name for name, s in self.servers.items()}
-        """Exposed prefix (`prefix:`, else the server name) -> server name."""
+        """Exposed prefix (`prefix:`, else the server name; "" for `prefix: ""`) -> server name."""
+        self.hidden: dict[str, str] = {}
+        """The unprefixed server's tools that clients cannot reach, by name, with what hides
+        each (a meta tool, or another server's prefix); each is logged once."""
         self.restart_hooks: list[Callable[[str], Awaitable[None]]] = []
         """Awaited with a server's name after it was restarted (e.g. the catalog renews its
         resource subscriptions); a failing hook is logged."""
@@ -104,7 +107,7 @@ class DownstreamPool:
         except BaseException:
             await self.__aexit__(*sys.exc_info())
             raise
-        self.routes = _route(self.servers.values())
+        self._reroute()
         if self._retry_first_start:
             for server in self.servers.values():
                 if not server.starts:
@@ -134,7 +137,7 @@ class DownstreamPool:
                     reported,
                     seconds(server.retry_in),
                 )
-        self.routes = _route(self.servers.values())
+        self._reroute()
         log.info(
             "server %r started on attempt %d; its %d tools are offered now",
             server.name,
@@ -157,6 +160,22 @@ class DownstreamPool:
         """Servers not running now, with the reason."""
         return {name: s.error or "stopped" for name, s in self.servers.items() if s.session is None}
 
+    def _reroute(self) -> None:
+        """Route every server's tools as they are listed now."""
+        self.routes, hidden = _route(self.servers.values(), self.prefixes)
+        for name, why in hidden.items():
+            if self.hidden.get(name) != why:
+                server = self.prefixes[""]
+                log.warning(
+                    'server %r (prefix: "") offers tool %r, which clients cannot reach: '
+                    "%s takes that name. The tool is left out; give the server a prefix: "
+                    "to offer it",
+                    server,
+                    name,
+                    why,
+                )
+        self.hidden = hidden
+
     def route(self, name: str) -> RoutedTool | None:
         return self.routes.get(name)
 
@@ -170,14 +189,20 @@ class DownstreamPool:
 
     def missing_reason(self, name: str) -> str:
         """Why no tool `name` is offered, in words a client can act on."""
-        split = split_name(name)
-        if split is None or split[0] not in self.prefixes:
-            return f"no server offers tool {name!r}; known servers: {', '.join(self.prefixes)}"
-        server = self.servers[self.prefixes[split[0]]]
+        resolved = resolve(name, self.prefixes)
+        if resolved is None:
+            known = ", ".join(p for p in self.prefixes if p)
+            return f"no server offers tool {name!r}; known servers: {known}"
+        server = self.servers[self.prefixes[resolved[0]]]
+        if name in self.hidden:
+            return (
+                f"server {server.name!r} offers tool {name!r}, but {self.hidden[name]} takes "
+                "that name, so the proxy leaves it out"
+            )
         reason = (
             f" (it failed to start: {server.error}{self._retrying(server)})" if server.error else ""
         )
-        return f"server {server.name!r} does not offer tool {split[1]!r}{reason}"
+        return f"server {server.name!r} does not offer tool {resolved[1]!r}{reason}"
 
     def _retrying(self, server: Downstream) -> str:
         """What to add to a failure of `server` when it is being retried in the background."""
@@ -186,9 +211,9 @@ class DownstreamPool:
         return "; the proxy retries it in the background and offers its tools once it starts"
 
     def server_of(self, name: str) -> str | None:
-        """The server whose prefix the exposed tool `name` starts with, if any."""
-        split = split_name(name)
-        return None if split is None else self.prefixes.get(split[0])
+        """The server the exposed tool `name` is routed to by its prefix (or lack of one)."""
+        resolved = resolve(name, self.prefixes)
+        return None if resolved is None else self.prefixes[resolved[0]]
 
     async def ensure_running(self, server_name: str) -> str | None:
         """Restart `server_name` if it exited (within its startup timeout, with backoff after
@@ -252,7 +277,7 @@ class DownstreamPool:
                 "(its startup_timeout); it keeps the tools it had"
             ) from None
         server.tools = tools
-        self.routes = _route(self.servers.values())
+        self._reroute()
         return True
 
 
@@ -267,10 +292,19 @@ def _warn_changed_tools(server: str, before: set[str], after: set[str]) -> None:
     )
 
 
-def _route(servers: Iterable[Downstream]) -> dict[str, RoutedTool]:
+def _route(
+    servers: Iterable[Downstream], prefixes: Mapping[str, str]
+) -> tuple[dict[str, RoutedTool], dict[str, str]]:
+    """The routes of every server's tools, and the unprefixed server's tools left out (with
+    what takes their name)."""
     routes: dict[str, RoutedTool] = {}
+    hidden: dict[str, str] = {}
     for server in servers:
         for tool in server.tools:
             exposed = exposed_name(server.prefix, tool.name)
+            why = None if server.prefix else hidden_by(tool.name, prefixes)
+            if why is not None:
+                hidden[exposed] = why
+                continue
             routes[exposed] = RoutedTool(name=exposed, server=server.name, original=tool)
-    return routes
+    return routes, hidden

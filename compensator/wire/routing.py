@@ -4,8 +4,9 @@ and prompts as lookup tables.
 Naming and routing, as the client sees it:
 
 - Prompts are exposed as `server__prompt`, like tools (with the server's `prefix:` when it has
-  one); `prompts/get` and a completion request whose `ref` is `ref/prompt` go to that server
-  with the original name.
+  one; under their own names for the server with `prefix: ""`, leaving out, with a warning,
+  a prompt whose name starts with another server's `prefix__`); `prompts/get` and a
+  completion request whose `ref` is `ref/prompt` go to that server with the original name.
 - Resource URIs are kept unchanged, so a resource link inside a tool result stays readable
   through the proxy. `resources/read`, `resources/subscribe` and `resources/unsubscribe` for a
   URI go to, in this order:
@@ -33,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..names import exposed_name
+from ..names import exposed_name, hidden_by
 from . import sdk
 from .downstream import Downstream
 
@@ -99,6 +100,9 @@ class Tables:
         self.by_template: dict[str, Entry] = {}
         self.schemes: dict[str, list[str]] = {}
         self.collisions: list[tuple[str, str, str]] = []
+        self.hidden_prompts: dict[str, str] = {}
+        """The unprefixed server's prompts left out, with what takes their name."""
+        self._prefixes = {server.prefix: server.name for server in servers}
         for server in servers:
             self._add_server(server)
 
@@ -118,6 +122,10 @@ class Tables:
         for prompt in server.prompts:
             wire = sdk.to_wire(prompt)
             exposed = exposed_name(server.prefix, str(wire["name"]))
+            why = None if server.prefix else hidden_by(exposed, self._prefixes, meta=False)
+            if why is not None:
+                self.hidden_prompts[exposed] = why
+                continue
             entry = Entry(server.name, str(wire["name"]), exposed, {**wire, "name": exposed})
             self.prompts.setdefault(exposed, entry)
 
