@@ -164,7 +164,7 @@ class Reader:
         unprefixed = self.prefixes.get("")
         if name in META_TOOLS:
             raise self._meta_tool(name, key, unprefixed)
-        prefixes = [p for p in self.prefixes if p] or list(self.server_names)
+        prefixes = [p for p in self.prefixes if p] if self.prefixes else list(self.server_names)
         split = split_name(name)
         if split is not None and split[0] in prefixes:
             return name

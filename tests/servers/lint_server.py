@@ -3,7 +3,8 @@
 `wipe` is annotated destructive (readOnlyHint false, destructiveHint true); `plain` has no
 annotations; `peek` is annotated read-only; `strict` forbids unknown arguments. With
 `--long-name` it also offers a tool whose name is 60 characters, so `lint__` + that name is
-longer than the 64 clients accept.
+longer than the 64 clients accept. With `--shadowed` it also offers `checkpoint` and
+`tasks__add_task`, names that the proxy routes elsewhere when this server has `prefix: ""`.
 """
 
 from __future__ import annotations
@@ -51,8 +52,15 @@ TOOLS = [
 ]
 
 
+SHADOWED = [
+    {"name": name, "description": "Named like something else.", "inputSchema": _OBJECT}
+    for name in ("checkpoint", "tasks__add_task")
+]
+
+
 async def list_tools(cursor: str | None) -> types.ListToolsResult:
     tools = [*TOOLS, LONG_TOOL] if "--long-name" in sys.argv[1:] else TOOLS
+    tools = [*tools, *SHADOWED] if "--shadowed" in sys.argv[1:] else tools
     return types.ListToolsResult.model_validate({"tools": tools})
 
 

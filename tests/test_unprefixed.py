@@ -1,0 +1,233 @@
+"""`prefix: ""`: a server whose tools and prompts keep their own names behind the proxy.
+
+Routing: `prefix__tool` goes to the server with that prefix, a meta tool's name to the proxy,
+anything else to the unprefixed server. At most one server may be unprefixed; its tools that a
+meta tool or another server's prefix would shadow are left out, logged once, and reported by
+`compensator check`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from compensator.errors import RegistryError
+from compensator.names import META_TOOLS, exposed_name, hidden_by, resolve
+from compensator.registry import parse_registry
+from compensator.wire import sdk
+
+from .conftest import EXAMPLES, SERVERS, Launcher, third_party_servers
+from .test_serve_http import connected, serve  # noqa: F401  (serve is a fixture)
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.filterwarnings("ignore:The .* capability is deprecated"),
+]
+
+EVERYTHING_JS = "npm/node_modules/@modelcontextprotocol/server-everything"
+
+
+# -- names: pure rules ----------------------------------------------------------------------
+
+
+def test_an_empty_prefix_keeps_the_name() -> None:
+    assert exposed_name("", "echo") == "echo"
+    assert exposed_name("fs", "echo") == "fs__echo"
+
+
+@pytest.mark.parametrize(
+    ("name", "routed"),
+    [
+        ("fs__write", ("fs", "write")),  # a known prefix wins
+        ("echo", ("", "echo")),  # anything else goes to the unprefixed server
+        ("xy__echo", ("", "xy__echo")),  # an unknown prefix is part of the name
+        ("checkpoint", None),  # a meta tool is the proxy's
+    ],
+)
+def test_resolve_with_an_unprefixed_server(name: str, routed: tuple[str, str] | None) -> None:
+    assert resolve(name, {"fs", ""}) == routed
+
+
+def test_resolve_without_an_unprefixed_server() -> None:
+    assert resolve("fs__write", {"fs"}) == ("fs", "write")
+    assert resolve("echo", {"fs"}) is None
+    assert resolve("xy__echo", {"fs"}) is None
+
+
+def test_what_hides_an_unprefixed_name() -> None:
+    prefixes = {"fs": "filesystem", "": "everything"}
+    assert hidden_by("undo_to", prefixes) == "the meta tool undo_to"
+    assert hidden_by("fs__write", prefixes) == "server 'filesystem', whose prefix is fs"
+    assert hidden_by("echo", prefixes) is None
+    assert hidden_by("undo_to", prefixes, meta=False) is None  # prompts have no meta names
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+
+def _load(text: str, tmp_path: Path) -> Any:
+    return parse_registry(text, tmp_path / "r.yaml", {})
+
+
+def _error(text: str, tmp_path: Path) -> str:
+    with pytest.raises(RegistryError) as info:
+        _load(text, tmp_path)
+    return str(info.value)
+
+
+def test_the_registry_names_unprefixed_tools_by_their_own_names(tmp_path: Path) -> None:
+    registry = _load(
+        "servers:\n"
+        "  everything:\n    command: x\n    prefix: ''\n"
+        "  files:\n    command: y\n    prefix: fs\n"
+        "state:\n  - tool: list\n"
+        "tools:\n"
+        "  add:\n    classification: reversible\n"
+        "    inverse_tool: remove\n    inverse_args: {id: '{result.id}'}\n"
+        "  fs__write: {classification: irreversible}\n"
+        "  xy__odd: {classification: read}\n",
+        tmp_path,
+    )
+    assert registry.servers["everything"].prefix == ""
+    assert registry.servers["everything"].exposed_prefix == ""
+    assert registry.servers["files"].exposed_prefix == "fs"
+    assert registry.policy("add").inverse[0].tool == "remove"
+    assert registry.state[0].tool == "list"
+    assert set(registry.tools) == {"add", "fs__write", "xy__odd"}
+
+
+def test_two_unprefixed_servers_are_a_load_error(tmp_path: Path) -> None:
+    message = _error(
+        "servers:\n  one:\n    command: x\n    prefix: ''\n  two:\n    command: y\n"
+        "    prefix: ''\n",
+        tmp_path,
+    )
+    assert "r.yaml:7: servers.two.prefix" in message, message
+    assert "servers 'one' and 'two' both have prefix: \"\"" in message, message
+    assert "Give one of them a prefix:" in message
+
+
+@pytest.mark.parametrize("meta", sorted(META_TOOLS))
+def test_a_meta_tool_named_entry_names_the_unprefixed_server(tmp_path: Path, meta: str) -> None:
+    message = _error(
+        f"servers:\n  everything:\n    command: x\n    prefix: ''\n"
+        f"tools:\n  {meta}: {{classification: read}}\n",
+        tmp_path,
+    )
+    assert f"r.yaml:6: tools.{meta}" in message, message
+    assert f"'{meta}' is both a compensator meta tool and" in message, message
+    assert "server 'everything' (prefix: \"\")" in message
+    assert f"give servers.everything a prefix: and write it as prefix__{meta}" in message
+
+
+def test_naming_an_unprefixed_server_by_its_name_is_an_error(tmp_path: Path) -> None:
+    message = _error(
+        "servers:\n  everything:\n    command: x\n    prefix: ''\n"
+        "tools:\n  everything__echo: {classification: read}\n",
+        tmp_path,
+    )
+    assert "tools.everything__echo" in message, message
+    assert "server 'everything' has prefix: \"\", so its tools keep their own names" in message
+    assert "Write 'echo'" in message
+
+
+# -- in front of server-everything: exactly its tools and prompts, by their own names --------
+
+
+def _everything() -> Path:
+    root = third_party_servers(EVERYTHING_JS, node=True)
+    return root / EVERYTHING_JS / "dist" / "index.js"
+
+
+def _everything_registry(tmp_path: Path) -> Path:
+    path = tmp_path / "everything.yaml"
+    path.write_text(
+        f"servers:\n  everything:\n    command: node\n"
+        f"    args: [{json.dumps(str(_everything()))}, stdio]\n    prefix: ''\n"
+    )
+    return path
+
+
+async def _never(*args: Any) -> Any:
+    raise AssertionError("server-everything asked the client something")
+
+
+@asynccontextmanager
+async def _direct(log: Path, *, capable: bool = False) -> AsyncIterator[ClientSession]:
+    """A session with server-everything itself, no proxy between. `capable` advertises
+    sampling, elicitation and roots, as `serve --http` does to its servers (server-everything
+    lists some tools only then)."""
+    params = StdioServerParameters(command="node", args=[str(_everything()), "stdio"])
+    names = ("sampling_callback", "elicitation_callback", "list_roots_callback")
+    callbacks = dict.fromkeys(names, _never) if capable else {}
+    with log.open("a") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, **callbacks) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+async def _listed(session: ClientSession) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tools, prompts) by name, as wire JSON."""
+    tools = {t.name: sdk.tool_to_wire(t) for t in await sdk.list_all(session, "tools")}
+    prompts = {p.name: sdk.to_wire(p) for p in (await session.list_prompts()).prompts}
+    return tools, prompts
+
+
+async def _uses_everything_by_its_names(
+    session: ClientSession, direct: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
+    tools, prompts = await _listed(session)
+    server_tools = {name: tool for name, tool in tools.items() if name not in META_TOOLS}
+    assert set(tools) - set(server_tools) == META_TOOLS
+    assert server_tools == direct[0]  # the same names, schemas and annotations
+    assert prompts == direct[1]
+    assert "echo" in tools and "simple-prompt" in prompts
+
+    echoed = await sdk.call_tool_raw(session, "echo", {"message": "hi there"})
+    assert "hi there" in json.dumps(sdk.to_wire(echoed))
+    summed = await sdk.call_tool_raw(session, "get-sum", {"a": 2, "b": 3})
+    _, content, is_error = sdk.result_parts(summed)
+    assert not is_error and "5" in content[0]["text"], content
+    prompt = await session.get_prompt("simple-prompt")
+    assert prompt.messages, prompt
+    checkpoint = await sdk.call_tool_raw(session, "checkpoint", {})
+    assert "checkpoint_id" in json.dumps(sdk.to_wire(checkpoint))
+
+
+async def test_through_stdio_a_client_sees_exactly_server_everything(
+    proxy: Launcher, tmp_path: Path, proxy_log: Callable[[], str]
+) -> None:
+    async with _direct(tmp_path / "direct.log") as session:
+        direct = await _listed(session)
+    async with proxy(_everything_registry(tmp_path)) as client:
+        await _uses_everything_by_its_names(client.session, direct)
+        changes = await client.list_changes()
+    # Unregistered, so journaled as unknown, under the names the client used.
+    assert [c["tool"] for c in changes] == ["get-sum", "echo"]
+    assert "clients cannot reach" not in proxy_log()
+
+
+async def test_through_http_a_client_sees_exactly_server_everything(
+    serve: Callable[..., Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    async with _direct(tmp_path / "direct.log", capable=True) as session:
+        direct = await _listed(session)
+    async with serve(_everything_registry(tmp_path)) as served:
+        async with connected(served.url) as client:
+            await _uses_everything_by_its_names(client.session, direct)
+        assert await served.stop() == 0, served.log()
+    assert "Traceback" not in served.log()
