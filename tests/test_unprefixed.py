@@ -231,3 +231,127 @@ async def test_through_http_a_client_sees_exactly_server_everything(
             await _uses_everything_by_its_names(client.session, direct)
         assert await served.stop() == 0, served.log()
     assert "Traceback" not in served.log()
+
+
+# -- journaling and undo, side by side with a prefixed server, and check --------------------
+
+
+def _unprefixed_tasks(tmp_path: Path) -> Path:
+    """examples/compensators.yaml with `prefix: ""`, its tools named as the server names them."""
+    text = (EXAMPLES / "compensators.yaml").read_text().replace("tasks__", "")
+    head = "servers:\n  tasks:\n"
+    assert head in text
+    text = text.replace(head, f"{head}    cwd: {EXAMPLES}\n    prefix: ''\n")
+    path = tmp_path / "unprefixed.yaml"
+    path.write_text(text)
+    return path
+
+
+def _side_by_side(tmp_path: Path) -> Path:
+    """The example tasks server as `tasks__...`, and tests/servers/lint_server.py unprefixed,
+    offering also `checkpoint` and `tasks__add_task`, which it cannot have."""
+    text = (EXAMPLES / "compensators.yaml").read_text()
+    lint = (
+        f"  lint:\n    command: {json.dumps(sys.executable)}\n"
+        f"    args: [{json.dumps(str(SERVERS / 'lint_server.py'))}, --shadowed]\n"
+        "    prefix: ''\n"
+    )
+    text = text.replace("servers:\n", f"servers:\n{lint}", 1)
+    text = text.replace("  tasks:\n", f"  tasks:\n    cwd: {EXAMPLES}\n", 1)
+    path = tmp_path / "side-by-side.yaml"
+    path.write_text(text)
+    return path
+
+
+async def test_undo_restores_what_unprefixed_tools_changed(
+    proxy: Launcher, tmp_path: Path, tasks_env: dict[str, str]
+) -> None:
+    async with proxy(_unprefixed_tasks(tmp_path), env=tasks_env) as client:
+        names = {tool.name for tool in await client.list_tools()}
+        assert {"add_task", "complete_task", "list_tasks", *META_TOOLS} <= names
+        assert not [name for name in names if "__" in name], names
+
+        kept = await client.call_ok("add_task", {"title": "kept"})
+        checkpoint = await client.checkpoint()
+        added = await client.call_ok("add_task", {"title": "undo me"})
+        await client.call_ok("complete_task", {"id": kept["id"]})
+        changes = await client.list_changes(checkpoint)
+        assert [c["tool"] for c in changes] == ["complete_task", "add_task"]
+        assert [c["classification"] for c in changes] == ["compensable", "reversible"]
+
+        report = await client.undo_to(checkpoint)
+        assert len(report["undone"]) == 2, report
+        tasks = (await client.call_ok("list_tasks"))["tasks"]
+        assert [(t["id"], t["title"], t["status"]) for t in tasks] == [(kept["id"], "kept", "open")]
+        assert added["id"] not in [t["id"] for t in tasks]
+        explained = await client.call_ok("explain_blast_radius", {"tool": "delete_task"})
+        assert explained["classification"] == "compensable"
+
+
+async def test_a_prefixed_and_an_unprefixed_server_side_by_side(
+    proxy: Launcher, tmp_path: Path, tasks_env: dict[str, str], proxy_log: Callable[[], str]
+) -> None:
+    async with proxy(_side_by_side(tmp_path), env=tasks_env) as client:
+        listed = [tool.name for tool in await client.list_tools()]
+        assert {"wipe", "plain", "peek", "strict", "tasks__add_task", "tasks__list_tasks"} <= set(
+            listed
+        )
+        assert len(listed) == len(set(listed)), listed  # the shadowed tools are left out
+        assert not [name for name in listed if name.startswith("lint__")]
+
+        assert await client.call_ok("plain", {}) == {"tool": "plain", "args": {}}
+        added = await client.call_ok("tasks__add_task", {"title": "to the tasks server"})
+        checkpoint = await client.checkpoint()  # the proxy's, not lint's `checkpoint`
+        await client.call_ok("tasks__add_task", {"title": "undo me"})
+        await client.call_ok("wipe", {})
+        changes = await client.list_changes(checkpoint)
+        assert [c["tool"] for c in changes] == ["wipe", "tasks__add_task"]
+
+        wrong = await client.call("lint__plain")
+        assert wrong.is_error and "server 'lint' does not offer tool 'lint__plain'" in wrong.text
+        report = await client.undo_to(checkpoint)
+        assert [s["tool"] for s in report["skipped"]] == ["wipe"], report  # unknown: refused
+        tasks = (await client.call_ok("tasks__list_tasks"))["tasks"]
+        assert [t["id"] for t in tasks] == [added["id"]]
+    warnings = [line for line in proxy_log().splitlines() if "clients cannot reach" in line]
+    assert len(warnings) == 2, warnings  # each shadowed tool, once
+    assert any("'checkpoint'" in w and "the meta tool checkpoint" in w for w in warnings)
+    assert any(
+        "'tasks__add_task'" in w and "server 'tasks', whose prefix is tasks" in w for w in warnings
+    )
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "compensator.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+    )
+
+
+def test_check_reports_shadowed_tools(tmp_path: Path, tasks_env: dict[str, str]) -> None:
+    done = _cli("check", "--config", str(_side_by_side(tmp_path)), "--json", env=tasks_env)
+    assert "Traceback" not in done.stderr, done.stderr
+    document = json.loads(done.stdout)
+    shadowed = {f["tool"]: f for f in document["findings"] if f["key"] == "servers.lint.prefix"}
+    assert done.returncode == 1
+    assert set(shadowed) == {"checkpoint", "tasks__add_task"}, document
+    assert all(f["severity"] == "error" and f["line"] for f in shadowed.values())
+    assert "the meta tool checkpoint takes that name" in shadowed["checkpoint"]["message"]
+    assert "server 'tasks', whose prefix is tasks" in shadowed["tasks__add_task"]["message"]
+    assert "Give servers.lint a prefix:" in shadowed["checkpoint"]["message"]
+
+
+def test_check_and_explain_find_unprefixed_tools(tmp_path: Path, tasks_env: dict[str, str]) -> None:
+    config = str(_unprefixed_tasks(tmp_path))
+    checked = _cli("check", "--config", config, "--json", env=tasks_env)
+    document = json.loads(checked.stdout)
+    assert checked.returncode == 0 and document["errors"] == 0, document
+    explained = _cli("explain", "--config", config, "delete_task", "--json", env=tasks_env)
+    assert explained.returncode == 0, explained.stderr
+    answer = json.loads(explained.stdout)
+    assert answer["classification"] == "compensable"
+    assert answer["snapshot"]["tool"] == "get_task_tree", answer
