@@ -355,3 +355,23 @@ def test_check_and_explain_find_unprefixed_tools(tmp_path: Path, tasks_env: dict
     answer = json.loads(explained.stdout)
     assert answer["classification"] == "compensable"
     assert answer["snapshot"]["tool"] == "get_task_tree", answer
+
+
+def test_the_pytest_plugin_proves_an_unprefixed_registry(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    config = _unprefixed_tasks(tmp_path)
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--compensator-seed",
+        "7",
+        "--compensator-config",
+        str(config),
+        "--compensator-examples",
+        "5",
+    )
+    result.assert_outcomes(passed=12)
+    out = result.stdout.str()
+    assert "left out: purge_completed (irreversible)" in out
+    assert "left out: restore_tasks (unknown: not in the registry)" in out
