@@ -27,6 +27,7 @@ from compensator.registry import parse_registry
 from compensator.wire import sdk
 
 from .conftest import EXAMPLES, SERVERS, Launcher, third_party_servers
+from .test_notifications import Client, method_is
 from .test_serve_http import connected, serve  # noqa: F401  (serve is a fixture)
 
 pytestmark = [
@@ -375,3 +376,46 @@ def test_the_pytest_plugin_proves_an_unprefixed_registry(
     out = result.stdout.str()
     assert "left out: purge_completed (irreversible)" in out
     assert "left out: restore_tasks (unknown: not in the registry)" in out
+
+
+async def test_unprefixed_prompts_keep_their_names_and_yield_to_a_prefix(
+    proxy: Launcher, tmp_path: Path, proxy_log: Callable[[], str]
+) -> None:
+    # `cat` is unprefixed; labelled beta, it announces prompts/list_changed.
+    catalog = json.dumps(str(SERVERS / "catalog_server.py"))
+    config = tmp_path / "prompts.yaml"
+    config.write_text(
+        f"servers:\n"
+        f"  cat:\n    command: {json.dumps(sys.executable)}\n"
+        f"    args: [{catalog}, --label, beta]\n    prefix: ''\n"
+        f"  alpha:\n    command: {json.dumps(sys.executable)}\n"
+        f"    args: [{catalog}, --label, alpha]\n"
+    )
+    client = Client()
+    async with proxy(config, session_options=client.options(capable=False)) as proxy_client:
+        session = proxy_client.session
+
+        async def prompt_names() -> set[str]:
+            return {prompt.name for prompt in (await session.list_prompts()).prompts}
+
+        async def text_of(name: str) -> str:
+            result = await session.get_prompt(name, {"name": "ann"})
+            return str(sdk.to_wire(result)["messages"][0]["content"]["text"])
+
+        listed = await prompt_names()
+        own = {"greet", "summarize", "plain"}
+        assert listed == own | {f"alpha__{name}" for name in own}
+        assert await text_of("greet") == "[beta] greet ann plainly"
+
+        # cat now lists a prompt named alpha__greet: alpha's prefix keeps that name.
+        await proxy_client.call_ok("add_prompt", {"name": "alpha__greet"})
+        await proxy_client.call_ok("add_prompt", {"name": "fresh"})
+        changed = method_is("notifications/prompts/list_changed")
+        told = 0  # the proxy may fold both announcements into one refresh
+        while "fresh" not in await prompt_names():
+            told += 1
+            await client.notifications.wait_for(changed, "prompts/list_changed", count=told)
+        assert await prompt_names() == listed | {"fresh"}
+        assert await text_of("alpha__greet") == "[alpha] greet ann plainly"
+    warnings = [line for line in proxy_log().splitlines() if "prompt 'alpha__greet'" in line]
+    assert len(warnings) == 1 and "server 'alpha', whose prefix is alpha" in warnings[0]
