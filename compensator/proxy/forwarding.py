@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "Every tool of the servers behind this proxy is available as server__tool. Mutating calls "
     "are journaled. Call `checkpoint` before risky work, `explain_blast_radius` before a tool "
-    "whose effect you are unsure of, and `undo_to` to put things back."
+    "whose effect you are unsure of, `undo_to` to put things back, and `undo_change` to take back "
+    "one change alone."
 )
 
 _META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
@@ -65,6 +66,7 @@ class Proxy:
             "list_checkpoints": self._list_checkpoints,
             "list_changes": self._list_changes,
             "undo_to": self._undo_to,
+            "undo_change": self._undo_change,
             "explain_blast_radius": self._explain,
         }
 
@@ -270,6 +272,13 @@ class Proxy:
             self.settle_outcomes()
             report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run, force=force)
         return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
+
+    async def _undo_change(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        change_id, dry_run, force = meta.parse_undo_change(args)
+        async with self._gate.exclusive():
+            self.settle_outcomes()
+            report = await self._undoer.undo_change(change_id, dry_run=dry_run, force=force)
+        return {"change_id": change_id, "dry_run": dry_run, **report.to_json()}
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return meta.explain_tool(self.registry, self.pool, meta.parse_explain(args))
