@@ -148,6 +148,18 @@ class Defaults:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AutoCheckpoints:
+    """The checkpoints the proxy takes by itself, each just before a mutating call, so that
+    no change of the session (or the agent's turn) is left without one before it."""
+
+    on_session_start: bool = False
+    """One before the first mutating call of each proxy session, labelled `session start`."""
+    after_idle: float | None = None
+    """One before the first mutating call after this many seconds without any tool call,
+    labelled `after N s idle`; None: never."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Registry:
     """A loaded, validated registry file."""
 
@@ -157,6 +169,7 @@ class Registry:
     tools: Mapping[str, ToolPolicy]
     defaults: Defaults
     reset: tuple[ResetCall, ...] = ()
+    checkpoints: AutoCheckpoints = field(default_factory=AutoCheckpoints)
 
     def policy(self, tool: str) -> ToolPolicy | None:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""
