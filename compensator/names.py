@@ -32,7 +32,14 @@ SEPARATOR = "__"
 """Between the server's prefix and the tool's own name."""
 
 META_TOOLS = frozenset(
-    {"checkpoint", "list_checkpoints", "list_changes", "undo_to", "explain_blast_radius"}
+    {
+        "checkpoint",
+        "list_checkpoints",
+        "list_changes",
+        "undo_to",
+        "undo_change",
+        "explain_blast_radius",
+    }
 )
 """The tools the proxy answers itself (defined in compensator/proxy/meta.py)."""
 

@@ -457,7 +457,7 @@ def test_unknown_keys_everywhere(
 
 def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     error = load_error(tmp_path, HEAD + "zzz: 1\n", "zzz", "zzz", {})
-    assert "Allowed keys: servers, defaults, state, reset, tools." in str(error)
+    assert "Allowed keys: servers, defaults, checkpoints, state, reset, tools." in str(error)
 
 
 # -- types and required keys -------------------------------------------------------------

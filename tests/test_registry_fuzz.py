@@ -61,6 +61,7 @@ _ALL_KEYS = sorted(
         *keys.STATE,
         *keys.RESET,
         *keys.DEFAULTS,
+        *keys.CHECKPOINTS,
         *keys.TEST,
     }
 )

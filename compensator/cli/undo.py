@@ -1,15 +1,18 @@
-"""`compensator undo`: undo to a checkpoint from a terminal, with a plan, a question and progress.
+"""`compensator undo`: undo to a checkpoint, since a moment, or one change, from a terminal,
+with a plan, a question and progress.
 
-The plan is `undo_to`'s dry run, read from the journal alone (read-only, no server started).
+The plan is the undo's dry run, read from the journal alone (read-only, no server started).
 The undo itself starts the registry's servers, as `check` does, and runs the same `Undoer`
-the `undo_to` meta tool runs, reporting each change as it settles.
+the `undo_to` and `undo_change` meta tools run, reporting each change as it settles.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from .common import (
     checkpoint_title,
     compact,
     journal_path,
+    local_time,
     no_such_checkpoint,
 )
 from .terminal import (
@@ -40,7 +44,7 @@ from .terminal import (
     terminal_width,
 )
 
-__all__ = ["UNDO_EPILOG", "Plan", "add_undo_arguments", "run_undo"]
+__all__ = ["UNDO_EPILOG", "Plan", "Target", "add_undo_arguments", "parse_since", "run_undo"]
 
 _KINDS = ("undone", "skipped", "nothing_to_undo")
 _PLAN_COLUMNS = (
@@ -52,11 +56,23 @@ _AGENT_COLUMN = Column(header="AGENT", overflow="truncate", min_width=8)
 
 
 @dataclass(frozen=True, kw_only=True)
+class Target:
+    """What to undo: every open change after checkpoint `to`, every one made `since` a moment
+    (aware), or the one change `change`. Exactly one is set."""
+
+    to: int | None = None
+    since: datetime | None = None
+    change: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What an undo to `checkpoint` would do, as `undo_to` with `dry_run` reports it."""
+    """What the undo of a target would do, as the meta tools' `dry_run` reports it. `title`
+    says what is undone to a person, `empty` what to say when nothing is."""
 
     journal: Path
-    checkpoint: Checkpoint
+    title: str
+    empty: str
     report: UndoReport
 
     @property
@@ -81,45 +97,83 @@ def _checkpoint(journal: JournalStore, checkpoint_id: int) -> Checkpoint:
     return checkpoint
 
 
+def _describe(journal: JournalStore, undoer: Undoer, target: Target) -> tuple[str, str]:
+    """(title, what to say when there is nothing to undo); CompensatorError for a checkpoint
+    or change that is not there to undo."""
+    if target.change is not None:
+        change = undoer.one_change(target.change)
+        return (
+            f"change {change.id} {change.tool} ({local_time(change.created_at)}) alone",
+            f"Nothing to undo for change {change.id}.",
+        )
+    if target.since is not None:
+        moment = target.since.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return f"every change since {moment}", f"Nothing to undo since {moment}."
+    assert target.to is not None
+    checkpoint = _checkpoint(journal, target.to)
+    return f"to {checkpoint_title(checkpoint)}", f"Nothing to undo after checkpoint {target.to}."
+
+
+async def _undo_target(
+    undoer: Undoer,
+    target: Target,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> UndoReport:
+    if target.change is not None:
+        return await undoer.undo_change(
+            target.change, dry_run=dry_run, force=force, progress=progress
+        )
+    if target.since is not None:
+        return await undoer.undo_since(
+            target.since, dry_run=dry_run, force=force, progress=progress
+        )
+    assert target.to is not None
+    return await undoer.undo_to(target.to, dry_run=dry_run, force=force, progress=progress)
+
+
 async def make_plan(
     registry: Registry,
     path: Path,
-    checkpoint_id: int,
+    target: Target,
     force: bool = False,
     agent: str | None = None,
 ) -> Plan:
     """`agent`: only that agent's changes; None: every agent's."""
     journal = open_journal(path, read_only=True)
     try:
-        checkpoint = _checkpoint(journal, checkpoint_id)
         undoer = Undoer(journal, registry, _no_calls, agent=agent)
-        report = await undoer.undo_to(checkpoint.id, dry_run=True, force=force)
+        title, empty = _describe(journal, undoer, target)
+        report = await _undo_target(undoer, target, dry_run=True, force=force)
     finally:
         journal.close()
-    return Plan(journal=path, checkpoint=checkpoint, report=report)
+    return Plan(journal=path, title=title, empty=empty, report=report)
 
 
 async def undo(
     registry: Registry,
     path: Path,
-    checkpoint_id: int,
+    target: Target,
     startup_timeout: float,
     progress: Progress,
     force: bool = False,
     agent: str | None = None,
 ) -> UndoReport:
-    """Start the servers and undo every open change after the checkpoint, newest first (only
-    `agent`'s when given, else every agent's)."""
+    """Start the servers and undo the target's open changes, newest first (only `agent`'s
+    when given, else every agent's)."""
     journal = open_journal(path, person=True)
     try:
-        checkpoint = _checkpoint(journal, checkpoint_id)
+        undoer = Undoer(journal, registry, _no_calls, agent=agent)
+        _describe(journal, undoer, target)  # still there to undo?
         async with DownstreamPool(
             registry.servers.values(), startup_timeout=startup_timeout
         ) as pool:
             for name, reason in pool.failures.items():
                 print(f"compensator undo: server {name!r} did not start: {reason}", file=sys.stderr)
             undoer = Undoer(journal, registry, undo_caller(registry, pool), agent=agent)
-            return await undoer.undo_to(checkpoint.id, progress=progress, force=force)
+            return await _undo_target(undoer, target, progress=progress, force=force)
     finally:
         journal.close()
 
@@ -128,10 +182,10 @@ async def undo(
 
 
 def render_plan(plan: Plan, *, width: int, style: Styler) -> str:
-    lines = [f"compensator undo: {plan.journal}", f"to {checkpoint_title(plan.checkpoint)}", ""]
+    lines = [f"compensator undo: {plan.journal}", plan.title, ""]
     entries = plan.entries
     if not entries:
-        lines.append(f"Nothing to undo after checkpoint {plan.checkpoint.id}.")
+        lines.append(plan.empty)
         return "\n".join(lines)
     rows = [[str(entry["id"]), entry["tool"], _plan_cell(kind, entry)] for kind, entry in entries]
     columns: tuple[Column, ...] = _PLAN_COLUMNS
@@ -195,33 +249,104 @@ examples:
   compensator undo --config compensators.yaml --to 3 --dry-run   # the plan only
   compensator undo --config compensators.yaml --to 3             # plan, then asks y/N
   compensator undo --config compensators.yaml --to 3 --yes       # no question (scripts)
+  compensator undo --config compensators.yaml --since 2h         # the last two hours
+  compensator undo --config compensators.yaml --since 2026-12-03T10:00
+  compensator undo --config compensators.yaml --change 7         # change 7 alone
 
 The same undo as the `undo_to` meta tool: every change after checkpoint 3 that is not undone
 yet is compensated, newest first, by the registry's servers (started here, as `check` starts
-them). It covers every agent's changes, as `log` lists them (a column says whose each is
-when there are several); --agent NAME keeps to one agent's, which is what that agent's own
-`undo_to(3)` takes back. Run it while the agent is idle: a proxy on the same journal keeps
-serving, but calls it makes during the undo are not held back. Exit 0 when everything planned
-was undone, 1 when anything was skipped or the checkpoint does not exist, 2 when confirmation
-was needed but stdin is not a terminal.
+them). --since undoes every open change made at or after a moment the same way: a duration
+back from now (30s, 15m, 2h, 1d, 1h30m), or a date and time (2026-12-03T10:00, or
+"2026-12-03 10:00:00"), read as the local time of this terminal unless it ends in a zone
+(Z, +02:00); the journal keeps UTC. --change N undoes one change alone, as the `undo_change`
+meta tool does: only when no later open change to the same server could depend on it
+(otherwise it is skipped and the reason names them; --force undoes it anyway).
+
+It covers every agent's changes, as `log` lists them (a column says whose each is when there
+are several); --agent NAME keeps to one agent's, which is what that agent's own `undo_to(3)`
+takes back. Run it while the agent is idle: a proxy on the same journal keeps serving, but
+calls it makes during the undo are not held back. Exit 0 when everything planned was undone,
+1 when anything was skipped or the checkpoint or change does not exist, 2 when confirmation
+was needed but stdin is not a terminal (or an argument is malformed).
 """
+
+_DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
+_UNIT = re.compile(r"(\d+)([smhdw])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """`--since`: a duration back from `now` (2h, 1h30m) or a date and time, naive ones in
+    local time; an aware datetime. argparse.ArgumentTypeError (a usage error) otherwise."""
+    now = now or datetime.now(timezone.utc)
+    value = text.strip()
+    if _DURATION.fullmatch(value):
+        seconds = sum(int(n) * _SECONDS[unit] for n, unit in _UNIT.findall(value))
+        try:
+            return now - timedelta(seconds=seconds)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"{text!r} reaches back too far") from None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (30s, 15m, 2h, 1d, 1h30m) nor a date and time "
+            "(2026-12-03T10:00, local time unless it ends in Z or +HH:MM)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a naive time is this terminal's local time
+    if moment > now:
+        shown = moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} ({shown} local time) is in the future; nothing was made since then"
+        )
+    return moment
+
+
+def _change_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a change id; `compensator log` lists them (the CHANGE column)"
+        )
+    return value
 
 
 def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
     add_registry_arguments(parser, db_help="the journal file (default: as `serve` finds it)")
-    parser.add_argument(
-        "--to", required=True, type=int, metavar="N", help="undo every change after checkpoint N"
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--to", type=int, metavar="N", help="undo every change after checkpoint N")
+    which.add_argument(
+        "--since",
+        type=parse_since,
+        metavar="WHEN",
+        help="undo every change made since WHEN: 2h, 30m, 1d, or 2026-12-03T10:00 (local time "
+        "unless it ends in Z or +HH:MM)",
+    )
+    which.add_argument(
+        "--change",
+        type=_change_id,
+        metavar="N",
+        help="undo change N alone, if no later change to its server could depend on it",
     )
     parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     parser.add_argument("--yes", "-y", action="store_true", help="undo without asking")
     parser.add_argument(
         "--force",
         action="store_true",
-        help="also compensate changes skipped for drift, and re-run compensating calls left in "
-        "doubt by an interrupted undo: only after you checked them by hand",
+        help="also compensate changes skipped for drift, re-run compensating calls left in "
+        "doubt by an interrupted undo, and undo a --change that later changes may depend on: "
+        "only after you checked them by hand",
     )
     add_agent_argument(parser, "undo only this agent's changes (default: every agent's)")
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
+
+
+def _target(args: argparse.Namespace) -> Target:
+    return Target(to=args.to, since=args.since, change=args.change)
 
 
 def run_undo(args: argparse.Namespace) -> int:
@@ -230,7 +355,7 @@ def run_undo(args: argparse.Namespace) -> int:
     try:
         registry = load_registry(args.config, environ=registry_environment())
         path = journal_path(args.db, args.config)
-        plan = anyio.run(make_plan, registry, path, args.to, args.force, args.agent)
+        plan = anyio.run(make_plan, registry, path, _target(args), args.force, args.agent)
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1
@@ -270,7 +395,7 @@ def _run(args: argparse.Namespace, registry: Registry, path: Path, style: Styler
 
     try:
         report = anyio.run(
-            undo, registry, path, args.to, args.startup_timeout, show, args.force, args.agent
+            undo, registry, path, _target(args), args.startup_timeout, show, args.force, args.agent
         )
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)

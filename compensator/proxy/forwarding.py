@@ -18,6 +18,7 @@ from ..wire import DownstreamPool, RoutedTool
 from . import meta
 from .calls import call_outcome, classify, observed_state, undo_caller
 from .gate import Gate
+from .turns import Turns
 from .undo import Undoer
 
 __all__ = ["INSTRUCTIONS", "Proxy", "error_result", "json_result"]
@@ -28,7 +29,8 @@ INSTRUCTIONS = (
     "Every tool of the servers behind this proxy is available as server__tool (a server set "
     "up without a prefix keeps its own tool names). Mutating calls are journaled. Call "
     "`checkpoint` before risky work, `explain_blast_radius` before a tool whose effect you "
-    "are unsure of, and `undo_to` to put things back."
+    "are unsure of, `undo_to` to put things back, and `undo_change` to take back one change "
+    "alone."
 )
 
 _META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
@@ -56,6 +58,7 @@ class Proxy:
         self.journal = journal
         self.pool = pool
         self._gate = Gate()
+        self._turns = Turns(registry.checkpoints)
         # Mutating calls to one server go one at a time, so the order their intents are
         # journaled is the order the server applied them, and undo reverses exactly that.
         self._serial: dict[str, anyio.Lock] = {}
@@ -67,6 +70,7 @@ class Proxy:
             "list_checkpoints": self._list_checkpoints,
             "list_changes": self._list_changes,
             "undo_to": self._undo_to,
+            "undo_change": self._undo_change,
             "explain_blast_radius": self._explain,
         }
 
@@ -77,17 +81,21 @@ class Proxy:
         return types.ListToolsResult(tools=[*tools, *_META_TOOLS])
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        handler = self._meta.get(name)
-        if handler is not None:
-            return await self._call_meta(name, handler, arguments)
-        routed = self.pool.route(name)
-        if routed is None:
-            return error_result(self.pool.missing_reason(name))
-        classification = classify(self.registry, self.pool, name, arguments)
-        if not classification.behaviour.journaled:
-            return await self._forward_read(name, arguments)
-        async with self._gate.shared():
-            return await self._forward_mutating(routed, classification, arguments)
+        with self._turns.call() as quiet:
+            handler = self._meta.get(name)
+            if handler is not None:
+                return await self._call_meta(name, handler, arguments)
+            routed = self.pool.route(name)
+            if routed is None:
+                return error_result(self.pool.missing_reason(name))
+            classification = classify(self.registry, self.pool, name, arguments)
+            if not classification.behaviour.journaled:
+                return await self._forward_read(name, arguments)
+            label = self._turns.checkpoint_before(quiet)
+            if label is not None:
+                await self._auto_checkpoint(label)
+            async with self._gate.shared():
+                return await self._forward_mutating(routed, classification, arguments)
 
     # -- forwarding --------------------------------------------------------------------
 
@@ -243,13 +251,25 @@ class Proxy:
             return error_result(f"{name} failed: {exc}")
 
     async def _checkpoint(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        label = meta.parse_checkpoint(args)
+        checkpoint_id = await self._take_checkpoint(meta.parse_checkpoint(args))
+        return {"checkpoint_id": checkpoint_id}
+
+    async def _take_checkpoint(self, label: str | None) -> int:
         # Taken between mutating calls, never during one: every call that started before it
         # is journaled (with its outcome) before it, every later call after it.
         async with self._gate.exclusive():
             self.settle_outcomes()
-            checkpoint = self.journal.create_checkpoint(label)
-        return {"checkpoint_id": checkpoint.id}
+            return self.journal.create_checkpoint(label).id
+
+    async def _auto_checkpoint(self, label: str) -> None:
+        """A checkpoint the registry's `checkpoints:` asks for; one the journal cannot take is
+        logged and the call goes on (it is journaled, or refused, as any other)."""
+        try:
+            checkpoint_id = await self._take_checkpoint(label)
+        except JournalError as exc:
+            log.error("the %r checkpoint was not taken: %s", label, exc)
+            return
+        log.info("checkpoint %d taken (%s)", checkpoint_id, label)
 
     async def _list_checkpoints(self, args: Mapping[str, Any]) -> dict[str, Any]:
         meta.parse_list_checkpoints(args)
@@ -272,6 +292,13 @@ class Proxy:
             self.settle_outcomes()
             report = await self._undoer.undo_to(checkpoint_id, dry_run=dry_run, force=force)
         return {"checkpoint_id": checkpoint_id, "dry_run": dry_run, **report.to_json()}
+
+    async def _undo_change(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        change_id, dry_run, force = meta.parse_undo_change(args)
+        async with self._gate.exclusive():
+            self.settle_outcomes()
+            report = await self._undoer.undo_change(change_id, dry_run=dry_run, force=force)
+        return {"change_id": change_id, "dry_run": dry_run, **report.to_json()}
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return meta.explain_tool(self.registry, self.pool, meta.parse_explain(args))

@@ -19,6 +19,7 @@ __all__ = [
     "parse_explain",
     "parse_list_changes",
     "parse_list_checkpoints",
+    "parse_undo_change",
     "parse_undo_to",
 ]
 
@@ -83,6 +84,29 @@ META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         "annotations": {"readOnlyHint": False, "destructiveHint": True},
     },
     {
+        "name": "undo_change",
+        "title": "Undo one change",
+        "description": (
+            "Compensate one change (an id from list_changes) and nothing else. Done only when "
+            "no later open change could depend on it: it is the newest open change to its "
+            "server, or its tool's verify read shows the state it left unchanged; otherwise "
+            "it is skipped with a reason naming the later changes. Returns {undone, skipped, "
+            "nothing_to_undo} as undo_to does; dry_run returns the plan. force=true undoes it "
+            "anyway (and overrides drift and doubt): only after a person checked."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "change_id": _INT,
+                "dry_run": {"type": "boolean", "default": False},
+                "force": {"type": "boolean", "default": False},
+            },
+            "required": ["change_id"],
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": False, "destructiveHint": True},
+    },
+    {
         "name": "explain_blast_radius",
         "title": "Explain what undo can do for a tool",
         "description": (
@@ -111,14 +135,28 @@ def _check_keys(tool: str, args: Mapping[str, Any]) -> None:
 
 
 def _checkpoint_id(tool: str, value: Any) -> int:
-    # bool is an int subclass in Python, but `true` is no checkpoint id.
+    return _id(tool, "checkpoint_id", "`checkpoint` or `list_checkpoints`", value)
+
+
+def _id(tool: str, name: str, source: str, value: Any) -> int:
+    # bool is an int subclass in Python, but `true` is no id.
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ID:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
         raise MetaArgumentError(
-            f"{tool}: checkpoint_id must be a positive integer from `checkpoint` "
-            f"or `list_checkpoints`, got {shown}"
+            f"{tool}: {name} must be a positive integer from {source}, got {shown}"
         )
     return value
+
+
+def _flags(tool: str, args: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(dry_run, force), false when absent."""
+    flags = []
+    for name in ("dry_run", "force"):
+        value = args.get(name, False)
+        if not isinstance(value, bool):
+            raise MetaArgumentError(f"{tool}: {name} must be true or false, got {value!r}")
+        flags.append(value)
+    return flags[0], flags[1]
 
 
 def parse_checkpoint(args: Mapping[str, Any]) -> str | None:
@@ -144,13 +182,16 @@ def parse_undo_to(args: Mapping[str, Any]) -> tuple[int, bool, bool]:
     _check_keys("undo_to", args)
     if "checkpoint_id" not in args:
         raise MetaArgumentError("undo_to: checkpoint_id is required")
-    flags = []
-    for name in ("dry_run", "force"):
-        value = args.get(name, False)
-        if not isinstance(value, bool):
-            raise MetaArgumentError(f"undo_to: {name} must be true or false, got {value!r}")
-        flags.append(value)
-    return _checkpoint_id("undo_to", args["checkpoint_id"]), flags[0], flags[1]
+    return (_checkpoint_id("undo_to", args["checkpoint_id"]), *_flags("undo_to", args))
+
+
+def parse_undo_change(args: Mapping[str, Any]) -> tuple[int, bool, bool]:
+    """(change_id, dry_run, force)."""
+    _check_keys("undo_change", args)
+    if "change_id" not in args:
+        raise MetaArgumentError("undo_change: change_id is required; see list_changes")
+    change_id = _id("undo_change", "change_id", "`list_changes`", args["change_id"])
+    return (change_id, *_flags("undo_change", args))
 
 
 def parse_explain(args: Mapping[str, Any]) -> str:

@@ -1,10 +1,12 @@
-"""Undo: plan and run the compensations of every change since a checkpoint, newest first."""
+"""Undo: plan and run the compensations of changes, newest first: every open change after a
+checkpoint or since a moment, or one change alone when nothing later can depend on it."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -13,6 +15,7 @@ from ..classification import Classification
 from ..errors import CompensatorError, MetaArgumentError
 from ..journal import (
     Change,
+    Checkpoint,
     Compensation,
     JournalStore,
     Status,
@@ -54,7 +57,7 @@ class _Skip(CompensatorError):
         self.details = details
 
 
-_FORCE_HINT = "check it by hand, then undo_to with force=true compensates anyway"
+_FORCE_HINT = "check it by hand, then undo again with force=true to compensate anyway"
 
 
 class Undoer:
@@ -90,12 +93,85 @@ class Undoer:
         checkpoint = self._journal.checkpoint(checkpoint_id)
         if checkpoint is None:
             raise MetaArgumentError(self.unknown_checkpoint(checkpoint_id))
+        return await self._undo(
+            lambda: self._open_changes(checkpoint), dry_run=dry_run, force=force, progress=progress
+        )
+
+    async def undo_since(
+        self,
+        since: datetime,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> UndoReport:
+        """Compensate every open change made at `since` (an aware datetime) or later, newest
+        first, as `undo_to` does."""
+
+        def made_since() -> list[Change]:
+            return [c for c in self._open_changes(None) if _made_at(c) >= since]
+
+        return await self._undo(made_since, dry_run=dry_run, force=force, progress=progress)
+
+    async def undo_change(
+        self,
+        change_id: int,
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> UndoReport:
+        """Compensate one change alone, when no later open change can depend on it: it is the
+        newest open change of its server, or its tool's `verify` read shows the state it left
+        unchanged. Otherwise it is skipped with a reason naming the later changes; `force`
+        undoes it anyway. MetaArgumentError for an id that is unknown, another agent's, or
+        undone already."""
+        self.one_change(change_id)
+
+        def the_change() -> list[Change]:
+            change = self._journal.change(change_id)  # read again: recovery may have moved it
+            return [] if change is None else [change]
+
+        return await self._undo(
+            the_change, dry_run=dry_run, force=force, progress=progress, alone=True
+        )
+
+    def one_change(self, change_id: int) -> Change:
+        """The open change `change_id` of this undoer's agent; MetaArgumentError otherwise."""
+        change = self._journal.change(change_id)
+        if change is None or (self._agent is not None and change.agent != self._agent):
+            # Another agent's change is not this agent's to see, so it reads as unknown.
+            open_ids = [str(c.id) for c in self._open_changes(None)[:20]]
+            valid = ", ".join(open_ids) if open_ids else "none (nothing is left to undo)"
+            raise MetaArgumentError(
+                f"no change {change_id!r} to undo; open change ids (newest first): {valid}"
+            )
+        if change.undone_at is not None:
+            raise MetaArgumentError(
+                f"change {change_id} was undone already ({change.undo_note or 'undone'}, "
+                f"at {change.undone_at}); nothing to do"
+            )
+        return change
+
+    def _open_changes(self, checkpoint: Checkpoint | None) -> list[Change]:
+        return self._journal.open_changes(checkpoint, agent=self._agent)
+
+    async def _undo(
+        self,
+        select: Callable[[], list[Change]],
+        *,
+        dry_run: bool,
+        force: bool,
+        progress: Progress | None,
+        alone: bool = False,
+    ) -> UndoReport:
+        """Undo the changes `select` lists (newest first), each settling on its own."""
         if not dry_run:
             # Calls another process left pending when it died are `unknown` from now on.
             self._journal.recover_abandoned()
         report = UndoReport()
-        for change in self._journal.open_changes(checkpoint, agent=self._agent):
-            kind, entry = await self._isolated(change, dry_run=dry_run, force=force)
+        for change in select():
+            kind, entry = await self._isolated(change, dry_run=dry_run, force=force, alone=alone)
             getattr(report, kind).append(entry)
             if progress is not None:
                 progress(kind, entry)
@@ -110,12 +186,12 @@ class Undoer:
         return f"no checkpoint {checkpoint_id!r}; valid checkpoint ids: {shown}"
 
     async def _isolated(
-        self, change: Change, *, dry_run: bool, force: bool
+        self, change: Change, *, dry_run: bool, force: bool, alone: bool
     ) -> tuple[str, dict[str, Any]]:
         """One change's undo; whatever goes wrong in it is that change's skip reason, and the
-        undo goes on with the next change."""
+        undo goes on with the next change. `alone`: undone without the changes after it."""
         try:
-            return await self._undo_one(change, dry_run=dry_run, force=force)
+            return await self._undo_one(change, dry_run=dry_run, force=force, alone=alone)
         except Exception as exc:  # one change's surprise must not end the undo
             log.exception("undoing change %d failed unexpectedly", change.id)
             reason = f"undoing it failed unexpectedly ({type(exc).__name__}: {exc}); undo again"
@@ -124,7 +200,7 @@ class Undoer:
             return "skipped", {**change.to_json(), "reason": reason}
 
     async def _undo_one(
-        self, change: Change, *, dry_run: bool, force: bool
+        self, change: Change, *, dry_run: bool, force: bool, alone: bool
     ) -> tuple[str, dict[str, Any]]:
         entry = change.to_json()
         if change.status == Status.ERROR:
@@ -134,6 +210,8 @@ class Undoer:
         try:
             policy = self._policy_for(change)
             latest = latest_steps(self._journal.compensations(change.id))
+            if alone and not force:
+                await self._check_alone(change, policy)
             await self._may_run(change, policy, latest, force=force)
             calls = await self._compensate(change, policy, latest, dry_run=dry_run)
         except _Skip as skip:
@@ -182,6 +260,42 @@ class Undoer:
             await self._resolve_doubt(change, policy, doubtful[0], started=started, force=force)
         elif policy.verify and not started and not force:
             await self._check_drift(change, policy)
+
+    async def _check_alone(self, change: Change, policy: ToolPolicy) -> None:
+        """Raise _Skip unless undoing `change` without the later changes to its server is safe:
+        there are none, or its `verify` read shows the state it left still in place."""
+        later = self._later_on_server(change)
+        if not later:
+            return
+        shown = ", ".join(f"{c.id} ({c.tool})" for c in later[:10])
+        more = f" and {len(later) - 10} more" if len(later) > 10 else ""
+        what = f"later open changes to the same server may depend on it: {shown}{more}"
+        hint = "undo those first, or pass force=true if you checked it is safe to undo alone"
+        if not policy.verify:
+            raise _Skip(
+                f"not undone alone: {what}; its tool has no `verify` read to show they "
+                f"left its state alone; {hint}"
+            )
+        try:
+            await self._check_drift(change, policy)
+        except _Skip as skip:
+            raise _Skip(f"not undone alone: {what}, and {skip}", **skip.details) from None
+
+    def _later_on_server(self, change: Change) -> list[Change]:
+        """Open changes to the same server made after `change`, by any agent, oldest first;
+        failed calls changed nothing, so nothing can depend on them."""
+        server = self._server_of(change.tool)
+        later = [
+            c
+            for c in self._journal.open_changes()
+            if c.id > change.id and c.status != Status.ERROR and self._server_of(c.tool) == server
+        ]
+        return sorted(later, key=lambda c: c.id)
+
+    def _server_of(self, tool: str) -> str:
+        """The server a change's tool went to; a tool the registry no longer routes keeps its
+        own name, so it is compared only with changes of the same tool."""
+        return self._registry.server_for(tool) or tool
 
     async def _resolve_doubt(
         self,
@@ -314,6 +428,10 @@ class Undoer:
                 f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
             )
         raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+
+
+def _made_at(change: Change) -> datetime:
+    return datetime.fromisoformat(change.created_at)
 
 
 def _step_status(outcome: CallOutcome) -> str:

@@ -13,6 +13,7 @@ from ..classification import Classification
 from .expressions import CONTEXT_NAMES, Expression, Template, compile_expression, compile_template
 from .loader import load_registry, parse_registry
 from .model import (
+    AutoCheckpoints,
     Defaults,
     InverseStep,
     RedactPath,
@@ -29,6 +30,7 @@ from .variables import Concealer, registry_environment
 __all__ = [
     "CONTEXT_NAMES",
     "REDACTED",
+    "AutoCheckpoints",
     "Classification",
     "Concealer",
     "Defaults",

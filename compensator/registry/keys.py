@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CHECKPOINTS",
     "COMMAND_ONLY",
     "DEFAULTS",
     "POLICY",
@@ -17,7 +18,7 @@ __all__ = [
     "VERIFY",
 ]
 
-TOP = ("servers", "defaults", "state", "reset", "tools")
+TOP = ("servers", "defaults", "checkpoints", "state", "reset", "tools")
 SERVER = (
     "command",
     "args",
@@ -32,6 +33,8 @@ SERVER = (
 COMMAND_ONLY = ("args", "env", "cwd")
 """Server keys that only a server started with `command:` can use (not a `url:` one)."""
 DEFAULTS = ("trust_read_only_hint", "verify")
+CHECKPOINTS = ("on_session_start", "after_idle")
+"""The checkpoints the proxy takes by itself."""
 STATE = ("tool", "args", "select", "unordered")
 RESET = ("tool", "args")
 POLICY = (

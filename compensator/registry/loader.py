@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import RegistryError
 from . import keys
-from .model import Defaults, Registry, ResetCall, StateProbe
+from .model import AutoCheckpoints, Defaults, Registry, ResetCall, StateProbe
 from .policies import read_tools
 from .reader import Reader
 from .servers import read_servers
@@ -52,6 +52,7 @@ def parse_registry(text: str, path: Path, environ: Mapping[str, str] | None = No
         tools=MappingProxyType(read_tools(reader, top.get("tools"), defaults)),
         defaults=defaults,
         reset=tuple(_calls(reader, top.get("reset"), "reset", _reset_call)),
+        checkpoints=_checkpoints(reader, top.get("checkpoints")),
     )
 
 
@@ -64,6 +65,14 @@ def _defaults(r: Reader, raw: Any) -> Defaults:
     return Defaults(
         trust_read_only_hint=r.flag(raw, "trust_read_only_hint", "defaults"),
         verify=r.flag(raw, "verify", "defaults"),
+    )
+
+
+def _checkpoints(r: Reader, raw: Any) -> AutoCheckpoints:
+    raw = r.mapping({} if raw is None else raw, "checkpoints", keys.CHECKPOINTS)
+    return AutoCheckpoints(
+        on_session_start=r.flag(raw, "on_session_start", "checkpoints"),
+        after_idle=r.optional(raw, "after_idle", "checkpoints", r.seconds),
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..classification import Classification
+from ..names import resolve
 from .expressions import Expression, Template
 
 
@@ -149,6 +150,18 @@ class Defaults:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AutoCheckpoints:
+    """The checkpoints the proxy takes by itself, each just before a mutating call, so that
+    no change of the session (or the agent's turn) is left without one before it."""
+
+    on_session_start: bool = False
+    """One before the first mutating call of each proxy session, labelled `session start`."""
+    after_idle: float | None = None
+    """One before the first mutating call after this many seconds without any tool call,
+    labelled `after N s idle`; None: never."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Registry:
     """A loaded, validated registry file."""
 
@@ -158,7 +171,15 @@ class Registry:
     tools: Mapping[str, ToolPolicy]
     defaults: Defaults
     reset: tuple[ResetCall, ...] = ()
+    checkpoints: AutoCheckpoints = field(default_factory=AutoCheckpoints)
 
     def policy(self, tool: str) -> ToolPolicy | None:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""
         return self.tools.get(tool)
+
+    def server_for(self, tool: str) -> str | None:
+        """The server the exposed name `tool` goes to (by its prefix, or to the server set up
+        without one), or None for a meta tool's name or a prefix no server has."""
+        prefixes = {spec.exposed_prefix: name for name, spec in self.servers.items()}
+        resolved = resolve(tool, prefixes)
+        return None if resolved is None else prefixes[resolved[0]]
