@@ -9,6 +9,7 @@ import pytest
 
 from .conftest import by_id
 from .test_drift import verified_registry
+from .test_unprefixed import _unprefixed_tasks
 
 pytestmark = pytest.mark.anyio
 
@@ -129,3 +130,17 @@ async def test_bad_undo_change_arguments_are_error_results(
             assert expected in reply.text, (args, reply.text)
         assert await titles(c) == {1: "alice's"}  # alice's change was left alone
         assert (await c.call_ok("tasks__add_task", {"title": "still answering"}))["id"]
+
+
+async def test_an_unprefixed_servers_tools_count_as_one_server(proxy, tmp_path: Path, tasks_env):
+    # Without prefixes, only the registry's routing tells that add_task and complete_task
+    # went to one server: a later complete_task must hold back undoing the add alone.
+    async with proxy(_unprefixed_tasks(tmp_path), env=tasks_env) as client:
+        added = await client.call_ok("add_task", {"title": "a"})
+        await client.call_ok("complete_task", {"id": added["id"]})
+        first, second = sorted(await change_ids(client))
+        report = await client.call_ok("undo_change", {"change_id": first})
+        assert report["undone"] == []
+        [skipped] = report["skipped"]
+        assert f"{second} (complete_task)" in skipped["reason"]
+        assert await change_ids(client) == [second, first]
