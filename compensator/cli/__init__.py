@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .. import __version__
 from .check import add_check_arguments, run_check
 from .explain import EXPLAIN_EPILOG, add_explain_arguments, run_explain
+from .init import INIT_EPILOG, add_init_arguments, run_init
 from .log import LOG_EPILOG, add_log_arguments, run_log
 from .serve import add_serve_arguments, run_serve
 from .undo import UNDO_EPILOG, add_undo_arguments, run_undo
@@ -23,6 +24,7 @@ __all__ = ["main"]
 
 _EPILOG = """\
 examples:
+  compensator init
   compensator serve --config compensators.yaml
   compensator serve --config compensators.yaml --db ./journal.db
   compensator serve --config compensators.yaml --http 127.0.0.1:8765
@@ -73,6 +75,17 @@ class _Command:
 
 
 _COMMANDS = (
+    _Command(
+        name="init",
+        help="write a registry for the MCP servers your clients already start",
+        description="Find the MCP servers configured for Claude Code, Claude Desktop, VS Code "
+        "and Cursor (or in --from FILE), start them, list their tools, and write a registry: "
+        "the shipped policies for servers this project knows, `read` for tools annotated "
+        "readOnlyHint, and every other tool commented out, so that it stays `unknown`.",
+        add_arguments=add_init_arguments,
+        run=run_init,
+        epilog=INIT_EPILOG,
+    ),
     _Command(
         name="serve",
         help="serve the proxy over stdio (what an MCP client launches), or HTTP with --http",
