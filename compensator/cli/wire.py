@@ -141,6 +141,9 @@ def _wiring(
 ) -> dict[Path, tuple[bytes, bytes]]:
     """Each file to change: its bytes now and after wiring."""
     names = variables(collected.servers)
+    needed = {
+        var for name, server_vars in names.items() if name in taken for var in server_vars.values()
+    }
     changes = {}
     for path, listed in _by_file(sources).items():
         old = path.read_bytes()
@@ -160,9 +163,22 @@ def _wiring(
                 for key, value in {**server.env, **server.headers}.items():
                     env[names[name][key]] = value
             text = wired(text, source, moved, proxy_entry(config, env))
+            _warn_missing(source, needed - set(env))
         if text != old.decode("utf-8"):
             changes[path] = (old, text.encode("utf-8"))
     return changes
+
+
+def _warn_missing(source: Source, missing: set[str]) -> None:
+    """The proxy serves the whole registry, so it needs every server's values; a list passes
+    only its own servers' (copying a token from one client's file into another's, maybe a
+    project file under version control, is not wire's to decide)."""
+    if missing:
+        print(
+            f"note: the proxy started from {source.where} also needs {', '.join(sorted(missing))}"
+            " (set in another client's configuration): export them where that client starts",
+            file=sys.stderr,
+        )
 
 
 def proxy_entry(config: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def wired(text: str, source: Source, taken: Iterable[str], proxy: Mapping[str, A
     if source.client in ("vscode", "claude-code"):
         entry = {"type": "stdio", **entry}
     kept[PROXY_NAME] = entry
-    return text[:start] + _indented(kept, _column(text, start)) + text[end:]
+    return text[:start] + _indented(kept, _column(text, start), len(source.keys)) + text[end:]
 
 
 def _column(text: str, offset: int) -> str:
@@ -69,9 +69,13 @@ def _column(text: str, offset: int) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def _indented(value: Any, indent: str) -> str:
-    """JSON indented by two, continuing lines indented as the key it stands under."""
-    return json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n" + indent)
+def _indented(value: Any, indent: str, depth: int) -> str:
+    """JSON in the file's own indentation (the key's, which stands `depth` levels deep, split
+    into levels; two spaces when that does not work out), continuing lines under the key."""
+    unit = indent[: len(indent) // depth] if depth else ""
+    if not unit or unit * depth != indent:
+        unit = "  "
+    return json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", "\n" + indent)
 
 
 def diff(path: Path, old: str, new: str) -> str:
