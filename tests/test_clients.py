@@ -90,6 +90,23 @@ def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_
     assert registry.servers["kv"].headers == {"Authorization": "z"}
 
 
+def test_the_data_of_a_known_server_moves_to_the_workdir_under_pytest(tmp_path: Path) -> None:
+    sqlite = server("db", command="uvx", args=("mcp-server-sqlite", "--db-path", "/data/x.db"))
+    files = server(
+        "files", command="npx", args=("-y", "@modelcontextprotocol/server-filesystem", "/d", "e")
+    )
+    text = propose(
+        {"db": sqlite, "files": files}, {}, {}, project=tmp_path, home=tmp_path, header=""
+    ).text
+    yours = parse_registry(text, tmp_path / "r.yaml", {}).servers
+    assert yours["db"].args == ("mcp-server-sqlite", "--db-path", "/data/x.db")
+    assert yours["files"].args[2:] == ("/d", "e")
+    tests = parse_registry(text, tmp_path / "r.yaml", {"COMPENSATOR_WORKDIR": "/w"}).servers
+    assert tests["db"].args == ("mcp-server-sqlite", "--db-path", "/w/x.db")
+    assert tests["files"].args[2:] == ("/w", "/w")
+    assert "- tool: db__read_query" in text and "- tool: files__directory_tree" in text
+
+
 def test_client_references_are_translated_or_kept_literally(tmp_path: Path) -> None:
     vscode = server(
         "v",
@@ -277,10 +294,14 @@ def test_wire_asks_and_refuses_what_it_cannot_do_safely(
 ) -> None:
     home, project, path = place(tmp_path, ".mcp.json", {"mcpServers": {"mine": ENTRY}})
     monkeypatch.setenv("HOME", str(home))
+    path.write_text(json.dumps({"mcpServers": {"mine": ENTRY}}))  # one line: no indentation
     original = path.read_bytes()
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
     assert cli(project, "wire", "--config", str(project / "r.yaml")) == 2
     assert "--yes" in capsys.readouterr().err and path.read_bytes() == original
+    assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 0
+    assert '{"mcpServers": {\n  "compensator": {\n    "type": "stdio",' in path.read_text()
+    assert cli(project, "unwire", "--yes") == 0 and path.read_bytes() == original
     path.write_text(json.dumps({"mcpServers": {"mine": ENTRY, "compensator": {"command": "c"}}}))
     assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 1
     assert "already has a server named 'compensator'" in capsys.readouterr().err

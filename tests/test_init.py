@@ -246,6 +246,9 @@ def test_init_takes_the_shipped_policies_for_a_known_server(tmp_path: Path) -> N
     assert "files__write_file:\n    classification: compensable" in registry
     assert "snapshot_tool: files__read_text_file" in registry
     assert "fs__" not in registry
+    assert "state:\n  - tool: files__directory_tree" in registry
+    # pytest sets COMPENSATOR_WORKDIR to a new folder per example: it never touches `data`
+    assert f'"${{COMPENSATOR_WORKDIR:-{data}}}"' in registry
     checked = run("check", "--config", "compensators.yaml", cwd=project, home=home)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "0 errors, 0 warnings" in checked.stdout

@@ -178,7 +178,7 @@ def _summary(proposal: Proposal, collected: Collected, output: Path, sources: li
         "",
         "Next:",
         f"  compensator check --config {config}",
-        f"  pytest --compensator-config {config}   # real calls: point the servers at test data",
+        f"  pytest --compensator-config {config}   # real calls: docs/init.md says on what",
         f"Then `compensator wire --config {config}` makes your clients start the proxy.",
     ]
     return "\n".join(lines)

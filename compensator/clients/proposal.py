@@ -133,6 +133,7 @@ def propose(
         lines += [f"  {name}:", *(f"  {line}" for line in entry)]
         if name == unprefixed:
             lines.append('    prefix: ""   # its tool names clash with no other server\'s')
+    lines += _state(servers, failures)
     lines += ["", "tools:"]
     for name, server in servers.items():
         if name not in failures:
@@ -140,6 +141,21 @@ def propose(
             reports.append(report)
             lines += block
     return Proposal(text="\n".join(lines) + "\n", reports=reports)
+
+
+def _state(servers: Mapping[str, ClientServer], failures: Mapping[str, str]) -> list[str]:
+    """The shipped registries' `state:` probes for the servers that have one: the pytest
+    plugin compares what they return before and after each undo."""
+    probes: list[Any] = []
+    for name, server in servers.items():
+        shipped = matching_registry(server)
+        if shipped and name not in failures:
+            probes += _renamed(_shipped(shipped), name).get("state") or []
+    if not probes:
+        return []
+    dumped = yaml.safe_dump(probes, sort_keys=False, width=96, default_flow_style=None)
+    intro = "# What undo must restore, from the shipped registries (see their headers)."
+    return ["", intro, "state:", *(f"  {line}" for line in dumped.splitlines())]
 
 
 def _server_lines(
@@ -158,11 +174,37 @@ def _server_lines(
         return out + ([f"  headers: {refs(server.headers)}"] if server.headers else [])
     out = [f"  command: {text(server.command or '')}"]
     if server.args:
-        out.append(f"  args: [{', '.join(text(arg) for arg in server.args)}]")
+        args = [_references(a, server.source.client, project, home) for a in server.args]
+        args = _workdir(matching_registry(server), args)
+        out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
     if server.env:
         out.append(f"  env: {refs(server.env)}")
     if server.cwd:
         out.append(f"  cwd: {text(server.cwd)}")
+    return out
+
+
+def _workdir(shipped: str | None, args: list[str]) -> list[str]:
+    """The data a server of a shipped registry works on, as `${COMPENSATOR_WORKDIR:-yours}`:
+    the proxy a client starts uses your folder or database, while `pytest --compensator-config`
+    (which sets COMPENSATOR_WORKDIR to a new temporary folder for each example) never does.
+    The filesystem server's allowed directories follow its package; sqlite's file is
+    `--db-path`'s value. A path with `$` or `}` in it is left alone (it cannot be a default)."""
+
+    def wrapped(path: str, file: str = "") -> str:
+        if "$" in path or "}" in path:
+            return path + file
+        return f"${{COMPENSATOR_WORKDIR:-{path}}}{file}"
+
+    out = list(args)
+    if shipped == "filesystem.yaml":
+        package = SHIPPED[shipped]
+        start = next((i + 1 for i, a in enumerate(args) if package in a), len(args))
+        out[start:] = [a if a.startswith("-") else wrapped(a) for a in args[start:]]
+    elif shipped == "sqlite.yaml" and "--db-path" in args[:-1]:
+        at = args.index("--db-path") + 1
+        folder, _, file = args[at].rpartition("/")
+        out[at] = wrapped(folder or ".", "/" + file)
     return out
 
 
@@ -233,7 +275,12 @@ def _skeleton(tool_name: str, server: str) -> list[str]:
 
 def _shipped_policies(file: str, name: str) -> dict[str, Any]:
     """The `tools:` of a shipped registry, renamed from its server to `name`."""
-    data = _shipped(file)
+    policies: dict[str, Any] = _renamed(_shipped(file), name).get("tools") or {}
+    return policies
+
+
+def _renamed(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """A shipped registry with its one server's tool names (`fs__...`) as `name__...`."""
     (old,) = data["servers"]
     prefix = f"{old}__"
 
@@ -246,7 +293,7 @@ def _shipped_policies(file: str, name: str) -> dict[str, Any]:
             return f"{name}__{value[len(prefix) :]}"
         return value
 
-    renamed: dict[str, Any] = rename(data.get("tools") or {})
+    renamed: dict[str, Any] = rename(data)
     return renamed
 
 
