@@ -217,7 +217,7 @@ def round_trip(
         and '"compensator": {' in dry
     )
     assert cli(project, "wire", "--config", "r.yaml", "--yes", *extra) == 0
-    wired = path.read_text()
+    wired = path.read_bytes().decode()
     backup = path.with_name(path.name + ".compensator-backup")
     assert backup.read_bytes() == original
     assert stat.S_IMODE(backup.stat().st_mode) == 0o600  # it may hold tokens
@@ -271,9 +271,10 @@ def test_vscode_jsonc_keeps_its_comments_and_from_file_works(
     )
     assert wired.endswith('\n\t},\n\t"inputs": [],\n}\n')
     assert jsonc.loads(wired)["servers"]["compensator"]["type"] == "stdio"
-    elsewhere = tmp_path / "copy.json"
-    elsewhere.write_text(text.replace('"servers"', '"mcpServers"'))
-    round_trip(home, project, elsewhere, capsys, "--from", str(elsewhere))
+    elsewhere = tmp_path / "copy.json"  # with Windows line ends, which it keeps
+    elsewhere.write_bytes(text.replace('"servers"', '"mcpServers"').replace("\n", "\r\n").encode())
+    wired, _ = round_trip(home, project, elsewhere, capsys, "--from", str(elsewhere))
+    assert wired.count("\r\n") == wired.count("\n")
 
 
 def test_unwire_keeps_what_the_client_changed_since(

@@ -14,7 +14,15 @@ from typing import Any
 
 import anyio
 
-from ..clients import ClientServer, Collected, Proposal, collect, propose, replace_atomically
+from ..clients import (
+    ClientServer,
+    Collected,
+    Proposal,
+    Source,
+    collect,
+    propose,
+    replace_atomically,
+)
 from ..clients.proposal import variables
 from ..errors import CompensatorError
 from ..registry import ServerSpec, parse_registry, registry_environment
@@ -65,7 +73,7 @@ def run_init(args: argparse.Namespace) -> int:
         sources = client_sources(args.from_file, args.project)
         collected = collect(sources)
         if not collected.servers:
-            raise CompensatorError(f"no servers in {_places(collected, sources)}")
+            raise CompensatorError(f"no servers in {_places(sources)}")
         proposal = anyio.run(
             _propose, collected, output, args.project.absolute(), args.startup_timeout
         )
@@ -79,7 +87,7 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _places(collected: Collected, sources: list[Any]) -> str:
+def _places(sources: list[Source]) -> str:
     return ", ".join(dict.fromkeys(source.where for source in sources))
 
 
@@ -148,7 +156,7 @@ def _summary(proposal: Proposal, collected: Collected, output: Path, sources: li
     width = max(len("SERVER"), *(len(r.name) for r in proposal.reports)) + 2
     lines = [
         f"compensator init: wrote {output} with {plural(len(collected.servers), 'server')} "
-        f"from {_places(collected, sources)}",
+        f"from {_places(sources)}",
         "",
         f"{'SERVER':<{width}}{'READ':>6}{'UNDOABLE':>10}{'IRREVERSIBLE':>14}{'UNKNOWN':>9}",
     ]

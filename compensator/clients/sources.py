@@ -172,12 +172,12 @@ def _strings(where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigFileError(f"{where}.{key}: expected an object, found {_kind(value)}")
         # Numbers and booleans are common in env (PORT: 8080); a client passes them as text.
-        return {k: v if isinstance(v, str) else jsonc_dump(v) for k, v in value.items()}
+        return {k: _text(v) for k, v in value.items()}
 
     return read
 
 
-def jsonc_dump(value: Any) -> str:
+def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 

@@ -59,7 +59,10 @@ def wired(text: str, source: Source, taken: Iterable[str], proxy: Mapping[str, A
     if source.client in ("vscode", "claude-code"):
         entry = {"type": "stdio", **entry}
     kept[PROXY_NAME] = entry
-    return text[:start] + _indented(kept, _column(text, start), len(source.keys)) + text[end:]
+    # A file with Windows line ends keeps them.
+    newline = "\r\n" if "\r\n" in text else "\n"
+    entries = _indented(kept, _column(text, start), len(source.keys)).replace("\n", newline)
+    return text[:start] + entries + text[end:]
 
 
 def _column(text: str, offset: int) -> str:
