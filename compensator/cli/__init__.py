@@ -15,14 +15,25 @@ from dataclasses import dataclass
 from .. import __version__
 from .check import add_check_arguments, run_check
 from .explain import EXPLAIN_EPILOG, add_explain_arguments, run_explain
+from .init import INIT_EPILOG, add_init_arguments, run_init
 from .log import LOG_EPILOG, add_log_arguments, run_log
 from .serve import add_serve_arguments, run_serve
 from .undo import UNDO_EPILOG, add_undo_arguments, run_undo
+from .wire import (
+    UNWIRE_EPILOG,
+    WIRE_EPILOG,
+    add_unwire_arguments,
+    add_wire_arguments,
+    run_unwire,
+    run_wire,
+)
 
 __all__ = ["main"]
 
 _EPILOG = """\
 examples:
+  compensator init
+  compensator wire --config compensators.yaml
   compensator serve --config compensators.yaml
   compensator serve --config compensators.yaml --db ./journal.db
   compensator serve --config compensators.yaml --http 127.0.0.1:8765
@@ -73,6 +84,36 @@ class _Command:
 
 
 _COMMANDS = (
+    _Command(
+        name="init",
+        help="write a registry for the MCP servers your clients already start",
+        description="Find the MCP servers configured for Claude Code, Claude Desktop, VS Code "
+        "and Cursor (or in --from FILE), start them, list their tools, and write a registry: "
+        "the shipped policies for servers this project knows, `read` for tools annotated "
+        "readOnlyHint, and every other tool commented out, so that it stays `unknown`.",
+        add_arguments=add_init_arguments,
+        run=run_init,
+        epilog=INIT_EPILOG,
+    ),
+    _Command(
+        name="wire",
+        help="make your MCP clients start the proxy instead of the registry's servers",
+        description="Rewrite each client configuration that starts a server of the registry: "
+        "those servers give way to one `compensator` entry that serves the registry. Shows "
+        "a diff and asks first; keeps a backup that `compensator unwire` restores.",
+        add_arguments=add_wire_arguments,
+        run=run_wire,
+        epilog=WIRE_EPILOG,
+    ),
+    _Command(
+        name="unwire",
+        help="give your MCP clients their own server lists back (undoes `wire`)",
+        description="Put back the server lists `compensator wire` replaced, from its backups, "
+        "keeping what else changed in those files since. Shows a diff and asks first.",
+        add_arguments=add_unwire_arguments,
+        run=run_unwire,
+        epilog=UNWIRE_EPILOG,
+    ),
     _Command(
         name="serve",
         help="serve the proxy over stdio (what an MCP client launches), or HTTP with --http",

@@ -9,14 +9,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..clients import Source, discover, sources_of
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, default_journal_path
 
 __all__ = [
     "add_agent_argument",
+    "add_client_arguments",
     "add_registry_arguments",
     "agent_name",
     "checkpoint_title",
+    "client_sources",
     "compact",
     "journal_path",
     "local_time",
@@ -85,3 +88,40 @@ def no_such_checkpoint(journal: JournalStore, checkpoint_id: int) -> str:
     shown = "; ".join(checkpoint_title(cp) for cp in known[:20])
     more = f"; and {len(known) - 20} older" if len(known) > 20 else ""
     return f"no checkpoint {checkpoint_id} in {journal.location}. Valid checkpoints: {shown}{more}"
+
+
+def add_client_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--from FILE` and `--project DIR`: which client configurations `init`, `wire` and
+    `unwire` read."""
+    parser.add_argument(
+        "--from",
+        dest="from_file",
+        type=Path,
+        metavar="FILE",
+        help="read only this client configuration (an .mcp.json, claude_desktop_config.json, "
+        ".vscode/mcp.json, .cursor/mcp.json or ~/.claude.json) instead of looking for them",
+    )
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=Path.cwd(),
+        metavar="DIR",
+        help="the project whose configurations are read (.mcp.json, .vscode/mcp.json, "
+        ".cursor/mcp.json, and its entry in ~/.claude.json); default: this directory",
+    )
+
+
+def client_sources(from_file: Path | None, project: Path) -> list[Source]:
+    """The server lists of --from FILE, else every one found for the project and this user.
+    Raises CompensatorError when there is none."""
+    if from_file is not None:
+        return sources_of(from_file)
+    found = discover(project, Path.home())
+    if not found:
+        raise CompensatorError(
+            f"found no MCP client configuration for {project.resolve()}: looked for "
+            ".mcp.json, .vscode/mcp.json and .cursor/mcp.json there, and for ~/.claude.json, "
+            "~/.cursor/mcp.json and Claude Desktop's claude_desktop_config.json. Name one "
+            "with --from FILE"
+        )
+    return found

@@ -1,0 +1,233 @@
+"""`compensator wire` and `compensator unwire`: point a user's MCP clients at the proxy for
+a registry's servers, and back (the file edits are compensator/clients/wiring.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..clients import (
+    Collected,
+    Source,
+    backup_of,
+    collect,
+    diff,
+    replace_atomically,
+    unwired,
+    variables,
+    wired,
+)
+from ..errors import CompensatorError
+from .common import add_client_arguments, client_sources
+from .terminal import confirm, log_to_stderr
+
+__all__ = [
+    "UNWIRE_EPILOG",
+    "WIRE_EPILOG",
+    "add_unwire_arguments",
+    "add_wire_arguments",
+    "proxy_entry",
+    "run_unwire",
+    "run_wire",
+]
+
+WIRE_EPILOG = """\
+examples:
+  compensator wire --config compensators.yaml --dry-run    # only show the diff
+  compensator wire --config compensators.yaml              # show it, ask, then write
+  compensator wire --config compensators.yaml --from .vscode/mcp.json --yes
+
+Each file changed is first copied to FILE.compensator-backup; `compensator unwire` puts the
+server lists back from it.
+"""
+
+UNWIRE_EPILOG = """\
+examples:
+  compensator unwire --dry-run
+  compensator unwire --yes
+"""
+
+
+def add_wire_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", required=True, type=Path, help="the registry the proxy will serve"
+    )
+    add_client_arguments(parser)
+    _add_answers(parser)
+
+
+def add_unwire_arguments(parser: argparse.ArgumentParser) -> None:
+    add_client_arguments(parser)
+    _add_answers(parser)
+
+
+def _add_answers(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", action="store_true", help="write without asking")
+    parser.add_argument("--dry-run", action="store_true", help="only show the diff; change nothing")
+
+
+def run_wire(args: argparse.Namespace) -> int:
+    log_to_stderr()
+    try:
+        config = args.config.absolute()
+        taken = _registry_servers(config)
+        sources = client_sources(args.from_file, args.project)
+        for path in _by_file(sources):
+            if backup_of(path).exists():
+                raise CompensatorError(
+                    f"{path} is wired already (its backup {backup_of(path)} exists): run "
+                    "`compensator unwire` first"
+                )
+        changes = _wiring(sources, collect(sources), taken, config)
+        if not changes:
+            raise CompensatorError(
+                f"no client configuration here starts a server of {config} "
+                f"({', '.join(sorted(taken))}): nothing to wire"
+            )
+    except CompensatorError as exc:
+        print(f"compensator wire: {exc}", file=sys.stderr)
+        return 1
+    return _apply(changes, args, "wire", _keep_backup)
+
+
+def run_unwire(args: argparse.Namespace) -> int:
+    log_to_stderr()
+    try:
+        sources = client_sources(args.from_file, args.project)
+        changes: dict[Path, tuple[bytes, bytes]] = {}
+        for path, listed in _by_file(sources).items():
+            backup = backup_of(path)
+            if not backup.exists():
+                continue
+            old = path.read_bytes()
+            new = unwired(old.decode("utf-8"), backup.read_bytes().decode("utf-8"), listed)
+            changes[path] = (old, new.encode("utf-8"))
+        if not changes:
+            raise CompensatorError(
+                "no client configuration here has a backup from `compensator wire`"
+            )
+    except (CompensatorError, OSError, UnicodeDecodeError) as exc:
+        print(f"compensator unwire: {exc}", file=sys.stderr)
+        return 1
+    return _apply(changes, args, "unwire", _drop_backup)
+
+
+def _registry_servers(config: Path) -> set[str]:
+    """The server names of a registry (read as plain YAML: its `${VAR}` need not be set)."""
+    try:
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise CompensatorError(f"{config}: cannot read the registry: {exc}") from exc
+    servers = data.get("servers") if isinstance(data, dict) else None
+    if not isinstance(servers, dict) or not servers:
+        raise CompensatorError(f"{config}: no servers: in it; is it a registry?")
+    return set(servers)
+
+
+def _by_file(sources: Iterable[Source]) -> dict[Path, list[Source]]:
+    files: dict[Path, list[Source]] = {}
+    for source in sources:
+        files.setdefault(source.path, []).append(source)
+    return files
+
+
+def _wiring(
+    sources: list[Source], collected: Collected, taken: set[str], config: Path
+) -> dict[Path, tuple[bytes, bytes]]:
+    """Each file to change: its bytes now and after wiring."""
+    names = variables(collected.servers)
+    needed = {
+        var for name, server_vars in names.items() if name in taken for var in server_vars.values()
+    }
+    changes = {}
+    for path, listed in _by_file(sources).items():
+        old = path.read_bytes()
+        text = old.decode("utf-8")
+        for source in listed:
+            moved = [
+                client_name
+                for (where, client_name), name in collected.names.items()
+                if where == source and name in taken
+            ]
+            if not moved:
+                continue
+            env: dict[str, str] = {}
+            for client_name in moved:
+                name = collected.names[(source, client_name)]
+                server = collected.servers[name]
+                for key, value in {**server.env, **server.headers}.items():
+                    env[names[name][key]] = value
+            text = wired(text, source, moved, proxy_entry(config, env))
+            _warn_missing(source, needed - set(env))
+        if text != old.decode("utf-8"):
+            changes[path] = (old, text.encode("utf-8"))
+    return changes
+
+
+def _warn_missing(source: Source, missing: set[str]) -> None:
+    """The proxy serves the whole registry, so it needs every server's values; a list passes
+    only its own servers' (copying a token from one client's file into another's, maybe a
+    project file under version control, is not wire's to decide)."""
+    if missing:
+        print(
+            f"note: the proxy started from {source.where} also needs {', '.join(sorted(missing))}"
+            " (set in another client's configuration): export them where that client starts",
+            file=sys.stderr,
+        )
+
+
+def proxy_entry(config: Path, env: dict[str, str]) -> dict[str, Any]:
+    """The server entry that starts the proxy: this interpreter (so the client need not find
+    `compensator` on its PATH) serving `config`, with the values the registry's ${VAR} need."""
+    entry: dict[str, Any] = {
+        "command": sys.executable,
+        "args": ["-m", "compensator", "serve", "--config", str(config)],
+    }
+    if env:
+        entry["env"] = dict(sorted(env.items()))
+    return entry
+
+
+def _apply(
+    changes: dict[Path, tuple[bytes, bytes]],
+    args: argparse.Namespace,
+    verb: str,
+    after: Callable[[Path, bytes], None],
+) -> int:
+    for path, (old, new) in changes.items():
+        print(diff(path, old.decode("utf-8"), new.decode("utf-8")), end="")
+    if args.dry_run:
+        print("Dry run: nothing was changed.")
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(
+                f"compensator {verb}: stdin is not a terminal, so nobody can confirm. Pass "
+                "--yes to write without asking (or --dry-run to only see the diff).",
+                file=sys.stderr,
+            )
+            return 2
+        if not confirm(f"\nWrite {len(changes)} file(s)?"):
+            print("Nothing was changed.")
+            return 1
+    for path, (old, new) in changes.items():
+        if path.read_bytes() != old:
+            print(f"compensator {verb}: {path} changed meanwhile; left alone", file=sys.stderr)
+            return 1
+        after(path, old)
+        replace_atomically(path, new)
+        print(f"{verb}: {path}")
+    return 0
+
+
+def _keep_backup(path: Path, old: bytes) -> None:
+    replace_atomically(backup_of(path), old)
+
+
+def _drop_backup(path: Path, old: bytes) -> None:
+    backup_of(path).unlink()

@@ -1,0 +1,55 @@
+"""MCP clients' configurations: where Claude Code, Claude Desktop, VS Code and Cursor keep
+their servers, reading them (JSON with comments), the registry `compensator init` proposes
+for those servers, and rewiring a client to launch the proxy instead.
+
+It imports only compensator.errors (and PyYAML, to read the shipped registries): it starts
+no server and speaks no MCP; the command line does that with compensator.wire.
+"""
+
+from __future__ import annotations
+
+from .jsonc import ConfigFileError
+from .proposal import (
+    PROPOSE_UNPREFIXED,
+    Proposal,
+    ServerReport,
+    matching_registry,
+    propose,
+    variables,
+)
+from .sources import (
+    CLIENTS,
+    ClientServer,
+    Collected,
+    Source,
+    collect,
+    discover,
+    read_file,
+    sources_of,
+)
+from .wiring import BACKUP_SUFFIX, PROXY_NAME, backup_of, diff, replace_atomically, unwired, wired
+
+__all__ = [
+    "BACKUP_SUFFIX",
+    "CLIENTS",
+    "PROPOSE_UNPREFIXED",
+    "PROXY_NAME",
+    "ClientServer",
+    "Collected",
+    "ConfigFileError",
+    "Proposal",
+    "ServerReport",
+    "Source",
+    "backup_of",
+    "collect",
+    "diff",
+    "discover",
+    "matching_registry",
+    "propose",
+    "read_file",
+    "replace_atomically",
+    "sources_of",
+    "unwired",
+    "variables",
+    "wired",
+]

@@ -1,0 +1,307 @@
+"""The registry `compensator init` proposes for servers a user already has: the shipped
+policies for servers this project knows, `read` for tools annotated read-only, and a
+commented skeleton for every other tool, which stays `unknown` until a person classifies it.
+
+It never guesses an inverse. It works on plain data (tools as their wire JSON) and writes
+YAML text; starting the servers is the command line's job.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .sources import ClientServer
+
+__all__ = [
+    "PROPOSE_UNPREFIXED",
+    "SHIPPED",
+    "Proposal",
+    "ServerReport",
+    "matching_registry",
+    "propose",
+    "variables",
+]
+
+PROPOSE_UNPREFIXED = False
+"""Propose `prefix: ""` (tools shown without their server's name) for one server whose tool
+names clash with no other's. Off until the registry accepts `prefix: ""`; switch it on then."""
+
+SHIPPED = {
+    "filesystem.yaml": "@modelcontextprotocol/server-filesystem",
+    "sqlite.yaml": "mcp-server-sqlite",
+}
+"""The registries in compensator/registries/ and the package each one is for."""
+
+_VERSION = re.compile(r"(?<=.)@[^/@]*$")  # `pkg@1.2.3` -> `pkg`, `@scope/pkg@latest` too
+
+
+def matching_registry(server: ClientServer) -> str | None:
+    """The shipped registry for `server`, matched by the package or command it runs
+    (`npx -y @modelcontextprotocol/server-filesystem`, `uvx mcp-server-sqlite`, a path to
+    `.../node_modules/<package>/...` or `.../bin/<command>`), or None."""
+    words = [server.command or "", *server.args]
+    for file, package in SHIPPED.items():
+        for word in words:
+            bare = _VERSION.sub("", word)
+            if bare == package or Path(bare).name == package or f"/{package}/" in bare:
+                return file
+    return None
+
+
+def _shipped(file: str) -> dict[str, Any]:
+    text = resources.files("compensator").joinpath("registries").joinpath(file).read_text("utf-8")
+    data: dict[str, Any] = yaml.safe_load(text)
+    return data
+
+
+def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
+    """For each server, its env (and header) names -> the `${VAR}` name the registry uses:
+    the env name itself unless another server sets it to something else, then SERVER_NAME."""
+    values: dict[str, set[str]] = {}
+    for server in servers.values():
+        for key, value in server.env.items():
+            values.setdefault(key, set()).add(value)
+    names: dict[str, dict[str, str]] = {}
+    for registry_name, server in servers.items():
+        own = _upper(registry_name)
+        names[registry_name] = {
+            key: key if len(values[key]) == 1 and _plain(key) else f"{own}_{_upper(key)}"
+            for key in server.env
+        }
+        names[registry_name].update({key: f"{own}_{_upper(key)}" for key in server.headers})
+    return names
+
+
+def _upper(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+
+
+def _plain(key: str) -> bool:
+    return re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) is not None
+
+
+@dataclass(kw_only=True)
+class ServerReport:
+    """What the proposal did with one server's tools."""
+
+    name: str
+    shipped: str | None = None
+    read: list[str] = field(default_factory=list)
+    undoable: list[str] = field(default_factory=list)
+    irreversible: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    failure: str | None = None
+
+
+@dataclass(kw_only=True)
+class Proposal:
+    text: str
+    reports: list[ServerReport]
+
+
+def propose(
+    servers: Mapping[str, ClientServer],
+    tools: Mapping[str, Sequence[Mapping[str, Any]]],
+    failures: Mapping[str, str],
+    *,
+    project: Path,
+    home: Path,
+    header: str,
+) -> Proposal:
+    """The registry text for `servers` (registry name -> client entry), given each started
+    server's tools (wire JSON) and why the others failed to start."""
+    names = variables(servers)
+    lines = [*(f"# {line}".rstrip() for line in header.splitlines()), "", "servers:"]
+    reports = []
+    unprefixed = _unprefixed(tools) if PROPOSE_UNPREFIXED else None
+    for name, server in servers.items():
+        entry = _server_lines(server, names[name], project, home)
+        if name in failures:
+            reason = " ".join(failures[name].split())
+            lines += [f"  # {name}: failed to start, so it is left out: {reason}"]
+            lines += [f"  # {line}" for line in [f"{name}:", *entry]]
+            reports.append(ServerReport(name=name, failure=reason))
+            continue
+        lines += [f"  {name}:", *(f"  {line}" for line in entry)]
+        if name == unprefixed:
+            lines.append('    prefix: ""   # its tool names clash with no other server\'s')
+    lines += _state(servers, failures)
+    lines += ["", "tools:"]
+    for name, server in servers.items():
+        if name not in failures:
+            report, block = _tools(name, server, tools.get(name, ()))
+            reports.append(report)
+            lines += block
+    return Proposal(text="\n".join(lines) + "\n", reports=reports)
+
+
+def _state(servers: Mapping[str, ClientServer], failures: Mapping[str, str]) -> list[str]:
+    """The shipped registries' `state:` probes for the servers that have one: the pytest
+    plugin compares what they return before and after each undo."""
+    probes: list[Any] = []
+    for name, server in servers.items():
+        shipped = matching_registry(server)
+        if shipped and name not in failures:
+            probes += _renamed(_shipped(shipped), name).get("state") or []
+    if not probes:
+        return []
+    dumped = yaml.safe_dump(probes, sort_keys=False, width=96, default_flow_style=None)
+    intro = "# What undo must restore, from the shipped registries (see their headers)."
+    return ["", intro, "state:", *(f"  {line}" for line in dumped.splitlines())]
+
+
+def _server_lines(
+    server: ClientServer, names: Mapping[str, str], project: Path, home: Path
+) -> list[str]:
+    """The YAML of one server entry (indented by two), values as JSON scalars."""
+
+    def text(value: str) -> str:
+        return json.dumps(_references(value, server.source.client, project, home))
+
+    def refs(values: Mapping[str, str]) -> str:
+        return "{" + ", ".join(f'{json.dumps(k)}: "${{{names[k]}}}"' for k in values) + "}"
+
+    if server.url is not None:
+        out = [f"  url: {text(server.url)}"]
+        return out + ([f"  headers: {refs(server.headers)}"] if server.headers else [])
+    out = [f"  command: {text(server.command or '')}"]
+    if server.args:
+        args = [_references(a, server.source.client, project, home) for a in server.args]
+        args = _workdir(matching_registry(server), args)
+        out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
+    if server.env:
+        out.append(f"  env: {refs(server.env)}")
+    if server.cwd:
+        out.append(f"  cwd: {text(server.cwd)}")
+    return out
+
+
+def _workdir(shipped: str | None, args: list[str]) -> list[str]:
+    """The data a server of a shipped registry works on, as `${COMPENSATOR_WORKDIR:-yours}`:
+    the proxy a client starts uses your folder or database, while `pytest --compensator-config`
+    (which sets COMPENSATOR_WORKDIR to a new temporary folder for each example) never does.
+    The filesystem server's allowed directories follow its package; sqlite's file is
+    `--db-path`'s value. A path with `$` or `}` in it is left alone (it cannot be a default)."""
+
+    def wrapped(path: str, file: str = "") -> str:
+        if "$" in path or "}" in path:
+            return path + file
+        return f"${{COMPENSATOR_WORKDIR:-{path}}}{file}"
+
+    out = list(args)
+    if shipped == "filesystem.yaml":
+        package = SHIPPED[shipped]
+        start = next((i + 1 for i, a in enumerate(args) if package in a), len(args))
+        out[start:] = [a if a.startswith("-") else wrapped(a) for a in args[start:]]
+    elif shipped == "sqlite.yaml" and "--db-path" in args[:-1]:
+        at = args.index("--db-path") + 1
+        folder, _, file = args[at].rpartition("/")
+        out[at] = wrapped(folder or ".", "/" + file)
+    return out
+
+
+_CLIENT_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+
+
+def _references(value: str, client: str, project: Path, home: Path) -> str:
+    """A client's own `${...}` in a command, argument or URL, as the registry reads it.
+    Claude Code expands `${VAR}` and `${VAR:-default}` from the environment, as the registry
+    does; VS Code and Cursor have `${workspaceFolder}`, `${userHome}` and `${env:VAR}`.
+    Anything else (`${input:...}`) is kept literally, as `$${...}`."""
+    value = value.replace("$$", "$$$$") if client != "claude-code" else value
+
+    def replace(match: re.Match[str]) -> str:
+        body = match.group(1)
+        if body == "workspaceFolder":
+            return str(project).replace("$", "$$")
+        if body == "userHome":
+            return str(home).replace("$", "$$")
+        if body.startswith("env:"):
+            return f"${{{body[4:]}}}"
+        if client == "claude-code" and re.fullmatch(r"[A-Za-z_]\w*(:-.*)?", body, re.S):
+            return match.group(0)
+        return f"$${{{body}}}"
+
+    return _CLIENT_REFERENCE.sub(replace, value)
+
+
+def _tools(
+    name: str, server: ClientServer, tools: Sequence[Mapping[str, Any]]
+) -> tuple[ServerReport, list[str]]:
+    shipped = matching_registry(server)
+    report = ServerReport(name=name, shipped=shipped)
+    policies = _shipped_policies(shipped, name) if shipped else {}
+    lines = [f"  # --- {name}" + (f": policies from compensator's {shipped}" if shipped else "")]
+    for tool in tools:
+        tool_name = f"{name}__{tool['name']}"
+        policy = policies.get(tool_name)
+        if policy is not None:
+            classification = policy.get("classification")
+            bucket = {"read": report.read, "irreversible": report.irreversible}
+            bucket.get(classification, report.undoable).append(tool["name"])
+            dumped = yaml.safe_dump(
+                {tool_name: policy}, sort_keys=False, width=96, default_flow_style=None
+            )
+            lines += [f"  {line}" for line in dumped.splitlines()]
+        elif (tool.get("annotations") or {}).get("readOnlyHint") is True:
+            report.read.append(tool["name"])
+            lines.append(
+                f"  {tool_name}: {{classification: read}}   # annotated readOnlyHint: true"
+            )
+        else:
+            report.unknown.append(tool["name"])
+            lines += _skeleton(tool_name, name)
+    return report, lines
+
+
+def _skeleton(tool_name: str, server: str) -> list[str]:
+    """A commented-out entry: the tool stays `unknown` (journaled, undo refuses it) until a
+    person picks a classification. See docs/writing-a-registry.md."""
+    return [
+        f"  # {tool_name}:   # unknown until classified: journaled, and undo refuses it",
+        "  #   classification: reversible | compensable | irreversible",
+        f"  #   inverse_tool: {server}__...   # reversible: from {{args.x}} and {{result.x}}",
+        f"  #   snapshot_tool: {server}__...  # compensable: read first, undo from {{snapshot.x}}",
+    ]
+
+
+def _shipped_policies(file: str, name: str) -> dict[str, Any]:
+    """The `tools:` of a shipped registry, renamed from its server to `name`."""
+    policies: dict[str, Any] = _renamed(_shipped(file), name).get("tools") or {}
+    return policies
+
+
+def _renamed(data: dict[str, Any], name: str) -> dict[str, Any]:
+    """A shipped registry with its one server's tool names (`fs__...`) as `name__...`."""
+    (old,) = data["servers"]
+    prefix = f"{old}__"
+
+    def rename(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {rename(k): rename(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        if isinstance(value, str) and value.startswith(prefix):
+            return f"{name}__{value[len(prefix) :]}"
+        return value
+
+    renamed: dict[str, Any] = rename(data)
+    return renamed
+
+
+def _unprefixed(tools: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
+    """The first server none of whose tool names another server also has."""
+    for name, own in tools.items():
+        mine = {tool["name"] for tool in own}
+        others = {t["name"] for other, ts in tools.items() if other != name for t in ts}
+        if not mine & others:
+            return name
+    return None

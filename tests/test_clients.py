@@ -1,0 +1,313 @@
+"""compensator/clients: JSONC, the proposal's rules, and `wire`/`unwire` on copies of every
+client configuration shape (in process: wiring starts no server)."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compensator.cli import main
+from compensator.clients import ClientServer, Source, jsonc, matching_registry, propose, variables
+from compensator.clients import proposal as proposal_module
+from compensator.registry import parse_registry
+
+JSONC = """{
+  // a comment with "quotes" and a , comma
+  "url": "http://example.com/a//b",   /* not a comment: inside a string */
+  "servers": {
+    "a": {"command": "x", "args": ["\\"//\\"",],},
+  },
+}
+"""
+
+
+def test_jsonc_reads_comments_and_trailing_commas_and_finds_spans() -> None:
+    data = jsonc.loads(JSONC)
+    assert data["url"] == "http://example.com/a//b"
+    assert data["servers"] == {"a": {"command": "x", "args": ['"//"']}}
+    start, end = jsonc.span(JSONC, ["servers", "a"]) or (0, 0)
+    assert JSONC[start:end].startswith('{"command"') and JSONC[start:end].endswith("}")
+    assert jsonc.span(JSONC, ["servers", "b"]) is None
+    assert len(jsonc.blank(JSONC)) == len(JSONC)
+    with pytest.raises(ValueError, match="never ends"):
+        jsonc.loads('{"a": 1 /* open')
+
+
+def server(name: str = "s", client: str = "claude-code", **fields: Any) -> ClientServer:
+    source = Source(path=Path("/p/.mcp.json"), keys=("mcpServers",), client=client)
+    return ClientServer(name=name, source=source, **fields)
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        (
+            "npx",
+            ["-y", "@modelcontextprotocol/server-filesystem@2026.8.31", "/d"],
+            "filesystem.yaml",
+        ),
+        ("npx", ["@modelcontextprotocol/server-filesystem", "/d"], "filesystem.yaml"),
+        (
+            "node",
+            ["/x/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"],
+            "filesystem.yaml",
+        ),
+        ("uvx", ["mcp-server-sqlite", "--db-path", "d.db"], "sqlite.yaml"),
+        ("/venv/bin/mcp-server-sqlite", ["--db-path", "d.db"], "sqlite.yaml"),
+        ("npx", ["-y", "@modelcontextprotocol/server-memory"], None),
+        ("npx", ["-y", "@someone/server-filesystem-plus"], None),
+    ],
+)
+def test_a_shipped_registry_is_matched_by_package_or_command(
+    command: str, args: list[str], expected: str | None
+) -> None:
+    assert matching_registry(server(command=command, args=tuple(args))) == expected
+
+
+def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_path: Path) -> None:
+    servers = {
+        "a": server("a", command="x", env={"TOKEN": "one-secret", "MODE": "fast"}),
+        "b": server("b", command="y", env={"TOKEN": "two-secret", "MODE": "fast"}),
+        "kv": server("kv", url="http://h/mcp", headers={"Authorization": "Bearer three-secret"}),
+    }
+    names = variables(servers)
+    assert names == {
+        "a": {"TOKEN": "A_TOKEN", "MODE": "MODE"},
+        "b": {"TOKEN": "B_TOKEN", "MODE": "MODE"},
+        "kv": {"Authorization": "KV_AUTHORIZATION"},
+    }
+    tools = {name: [] for name in servers}
+    text = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="h").text
+    assert "secret" not in text
+    environ = {"A_TOKEN": "1", "B_TOKEN": "2", "MODE": "m", "KV_AUTHORIZATION": "z"}
+    registry = parse_registry(text, tmp_path / "r.yaml", environ)
+    assert registry.servers["a"].env == {"TOKEN": "1", "MODE": "m"}
+    assert registry.servers["kv"].headers == {"Authorization": "z"}
+
+
+def test_the_data_of_a_known_server_moves_to_the_workdir_under_pytest(tmp_path: Path) -> None:
+    sqlite = server("db", command="uvx", args=("mcp-server-sqlite", "--db-path", "/data/x.db"))
+    files = server(
+        "files", command="npx", args=("-y", "@modelcontextprotocol/server-filesystem", "/d", "e")
+    )
+    text = propose(
+        {"db": sqlite, "files": files}, {}, {}, project=tmp_path, home=tmp_path, header=""
+    ).text
+    yours = parse_registry(text, tmp_path / "r.yaml", {}).servers
+    assert yours["db"].args == ("mcp-server-sqlite", "--db-path", "/data/x.db")
+    assert yours["files"].args[2:] == ("/d", "e")
+    tests = parse_registry(text, tmp_path / "r.yaml", {"COMPENSATOR_WORKDIR": "/w"}).servers
+    assert tests["db"].args == ("mcp-server-sqlite", "--db-path", "/w/x.db")
+    assert tests["files"].args[2:] == ("/w", "/w")
+    assert "- tool: db__read_query" in text and "- tool: files__directory_tree" in text
+
+
+def test_client_references_are_translated_or_kept_literally(tmp_path: Path) -> None:
+    vscode = server(
+        "v",
+        client="vscode",
+        command="${userHome}/bin/x",
+        args=("${workspaceFolder}/a", "${env:DATA}", "${input:token}", "$HOME"),
+    )
+    claude = server("c", command="x", args=("${DATA:-/d}",))
+    text = propose(
+        {"v": vscode, "c": claude}, {}, {}, project=Path("/proj"), home=Path("/h"), header=""
+    ).text
+    registry = parse_registry(text, tmp_path / "r.yaml", {"DATA": "/data"})
+    assert registry.servers["v"].command == "/h/bin/x"
+    assert registry.servers["v"].args == ("/proj/a", "/data", "${input:token}", "$HOME")
+    assert registry.servers["c"].args == ("/data",)
+
+
+def test_tools_read_when_annotated_else_left_unknown_and_failures_commented(tmp_path: Path) -> None:
+    tools = {
+        "a": [
+            {"name": "look", "annotations": {"readOnlyHint": True}},
+            {"name": "change", "annotations": {"readOnlyHint": False}},
+            {"name": "plain"},
+        ]
+    }
+    servers = {"a": server("a", command="x"), "down": server("down", command="y")}
+    made = propose(
+        servers, tools, {"down": "no such file"}, project=tmp_path, home=tmp_path, header=""
+    )
+    registry = parse_registry(made.text, tmp_path / "r.yaml", {})
+    assert set(registry.servers) == {"a"}
+    assert {name: p.classification.value for name, p in registry.tools.items()} == {
+        "a__look": "read"
+    }
+    assert "# a__change:" in made.text and "# a__plain:" in made.text
+    assert "# down: failed to start, so it is left out: no such file" in made.text
+    (report, failed) = sorted(made.reports, key=lambda r: r.name)
+    assert (report.read, report.unknown, failed.failure) == (
+        ["look"],
+        ["change", "plain"],
+        "no such file",
+    )
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_unprefixed_is_proposed_only_when_switched_on_and_names_do_not_clash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on: bool
+) -> None:
+    monkeypatch.setattr(proposal_module, "PROPOSE_UNPREFIXED", on)
+    tools = {"a": [{"name": "same"}], "b": [{"name": "same"}, {"name": "x"}], "c": [{"name": "y"}]}
+    servers = {name: server(name, command="x") for name in tools}
+    text = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="").text
+    lines = text.splitlines()
+    unprefixed = [lines[i - 2].strip() for i, line in enumerate(lines) if "prefix:" in line]
+    assert unprefixed == (["c:"] if on else [])
+
+
+# --- wire and unwire on every shape ----------------------------------------------------
+
+REGISTRY = "servers:\n  mine:\n    command: x\n  other:\n    command: y\n"
+ENTRY = {"command": "node", "args": ["server.js"], "env": {"TOKEN": "abc-secret"}}
+SHAPES = {
+    "claude-code project": (".mcp.json", lambda s: {"mcpServers": s, "keep": [1, 2]}),
+    "claude.json user": ("~/.claude.json", lambda s: {"numStartups": 3, "mcpServers": s}),
+    "claude.json project": (
+        "~/.claude.json",
+        lambda s: {"projects": {"@PROJECT@": {"mcpServers": s, "history": ["x"]}}},
+    ),
+    "claude desktop linux": (
+        "~/.config/Claude/claude_desktop_config.json",
+        lambda s: {"mcpServers": s, "theme": "dark"},
+    ),
+    "claude desktop macos": (
+        "~/Library/Application Support/Claude/claude_desktop_config.json",
+        lambda s: {"mcpServers": s},
+    ),
+    "cursor project": (".cursor/mcp.json", lambda s: {"mcpServers": s}),
+    "cursor user": ("~/.cursor/mcp.json", lambda s: {"mcpServers": s}),
+}
+
+
+def place(tmp_path: Path, where: str, data: Any) -> tuple[Path, Path, Path]:
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir(exist_ok=True)
+    project.mkdir(exist_ok=True)
+    path = home / where[2:] if where.startswith("~/") else project / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=4).replace("@PROJECT@", str(project.resolve())) + "\n")
+    (project / "r.yaml").write_text(REGISTRY)
+    return home, project, path
+
+
+def cli(project: Path, *args: str) -> int:
+    return main([*args, "--project", str(project)])
+
+
+def round_trip(
+    home: Path, project: Path, path: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[str, str]:
+    """wire --dry-run, wire --yes, unwire --yes; returns the wired text and wire's output."""
+    original = path.read_bytes()
+    assert cli(project, "wire", "--config", "r.yaml", "--dry-run", *extra) == 0
+    dry = capsys.readouterr().out
+    assert (
+        path.read_bytes() == original
+        and f"--- {path} (now)" in dry
+        and "+" in dry
+        and '"compensator": {' in dry
+    )
+    assert cli(project, "wire", "--config", "r.yaml", "--yes", *extra) == 0
+    wired = path.read_bytes().decode()
+    backup = path.with_name(path.name + ".compensator-backup")
+    assert backup.read_bytes() == original
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600  # it may hold tokens
+    assert cli(project, "wire", "--config", "r.yaml", "--yes", *extra) == 1  # once only
+    assert "wired already" in capsys.readouterr().err
+    assert cli(project, "unwire", "--yes", *extra) == 0
+    assert path.read_bytes() == original and not backup.exists()
+    return wired, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_wire_then_unwire_leaves_each_shape_byte_identical(
+    shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where, wrap = SHAPES[shape]
+    servers = {"mine": ENTRY, "theirs": {"command": "z"}}
+    home, project, path = place(tmp_path, where, wrap(servers))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(project)
+    before = json.loads(path.read_text())
+    wired, _ = round_trip(home, project, path, capsys)
+    after = json.loads(wired)
+    proxy = {
+        "command": main.__globals__["sys"].executable,
+        "args": ["-m", "compensator", "serve", "--config", str(project / "r.yaml")],
+        "env": {"TOKEN": "abc-secret"},
+    }
+    if shape.startswith("claude") and "desktop" not in shape:
+        proxy = {"type": "stdio", **proxy}
+    expected = wrap({"theirs": {"command": "z"}, "compensator": proxy})
+    assert after == json.loads(json.dumps(expected).replace("@PROJECT@", str(project.resolve())))
+    assert set(before) == set(after)  # the other keys are still there
+
+
+def test_vscode_jsonc_keeps_its_comments_and_from_file_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        '{\n\t// my servers\n\t"servers": {\n\t\t"mine": {"type": "stdio", '
+        '"command": "x",}, /* keep */\n\t},\n\t"inputs": [],\n}\n'
+    )
+    home, project, _ = place(tmp_path, ".cursor/unused.json", {})
+    path = project / ".vscode" / "mcp.json"
+    path.parent.mkdir()
+    path.write_text(text)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(project)
+    wired, _ = round_trip(home, project, path, capsys)
+    assert wired.startswith(
+        '{\n\t// my servers\n\t"servers": {\n\t\t"compensator": {\n\t\t\t"type"'
+    )
+    assert wired.endswith('\n\t},\n\t"inputs": [],\n}\n')
+    assert jsonc.loads(wired)["servers"]["compensator"]["type"] == "stdio"
+    elsewhere = tmp_path / "copy.json"  # with Windows line ends, which it keeps
+    elsewhere.write_bytes(text.replace('"servers"', '"mcpServers"').replace("\n", "\r\n").encode())
+    wired, _ = round_trip(home, project, elsewhere, capsys, "--from", str(elsewhere))
+    assert wired.count("\r\n") == wired.count("\n")
+
+
+def test_unwire_keeps_what_the_client_changed_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, project, path = place(
+        tmp_path, "~/.claude.json", {"numStartups": 3, "mcpServers": {"mine": ENTRY}}
+    )
+    monkeypatch.setenv("HOME", str(home))
+    assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 0
+    path.write_text(path.read_text().replace('"numStartups": 3', '"numStartups": 4'))
+    assert cli(project, "unwire", "--yes") == 0
+    assert json.loads(path.read_text()) == {"numStartups": 4, "mcpServers": {"mine": ENTRY}}
+
+
+def test_wire_asks_and_refuses_what_it_cannot_do_safely(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, project, path = place(tmp_path, ".mcp.json", {"mcpServers": {"mine": ENTRY}})
+    monkeypatch.setenv("HOME", str(home))
+    path.write_text(json.dumps({"mcpServers": {"mine": ENTRY}}))  # one line: no indentation
+    original = path.read_bytes()
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal
+    assert cli(project, "wire", "--config", str(project / "r.yaml")) == 2
+    assert "--yes" in capsys.readouterr().err and path.read_bytes() == original
+    assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 0
+    assert '{"mcpServers": {\n  "compensator": {\n    "type": "stdio",' in path.read_text()
+    assert cli(project, "unwire", "--yes") == 0 and path.read_bytes() == original
+    path.write_text(json.dumps({"mcpServers": {"mine": ENTRY, "compensator": {"command": "c"}}}))
+    assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 1
+    assert "already has a server named 'compensator'" in capsys.readouterr().err
+    path.write_text(json.dumps({"mcpServers": {"unrelated": ENTRY}}))
+    assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 1
+    assert "nothing to wire" in capsys.readouterr().err
+    assert cli(project, "unwire", "--yes") == 1
+    assert "no client configuration here has a backup" in capsys.readouterr().err

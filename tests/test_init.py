@@ -1,0 +1,255 @@
+"""`compensator init`, `check`, `wire` and `unwire` end to end: real client configuration
+files of every shape, real servers, the command line as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from compensator.cli import main
+from compensator.clients import jsonc
+
+from .conftest import SERVERS, third_party_servers
+from .test_http_downstream import HttpServer
+
+LINT = [sys.executable, str(SERVERS / "lint_server.py")]
+SECRET = "s3cret-token-value"
+BEARER = "Bearer kv-token-123"
+
+
+def run(*args: str, cwd: Path, home: Path, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "compensator", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "HOME": str(home), **(env or {})},
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def lint(**extra: Any) -> dict[str, Any]:
+    return {"command": LINT[0], "args": LINT[1:], **extra}
+
+
+@pytest.fixture
+def kv(tmp_path: Path) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def clients(tmp_path: Path, kv: HttpServer) -> tuple[Path, Path, dict[Path, bytes]]:
+    """A project and a home with one server in every place init looks, each file holding
+    other keys too; returns (project, home, each file's original bytes)."""
+    project, home = tmp_path / "project", tmp_path / "home"
+    shutil.copy(SERVERS / "lint_server.py", write(project / "lint_server.py", ""))
+    desktop = "claude_desktop_config.json"
+    # One server configured alike in five places is one registry server: fewer processes.
+    shared = {"shared": lint()}
+    files = [
+        write(
+            project / ".mcp.json",
+            json.dumps({"mcpServers": {"notes": lint(env={"API_TOKEN": SECRET})}}, indent=2),
+        ),
+        write(
+            home / ".claude.json",
+            json.dumps(
+                {
+                    "numStartups": 7,
+                    "mcpServers": shared,
+                    "projects": {
+                        str(project.resolve()): {"allowedTools": [], "mcpServers": shared}
+                    },
+                },
+                indent=2,
+            ),
+        ),
+        write(
+            home / ".config" / "Claude" / desktop,
+            json.dumps(
+                {
+                    "globalShortcut": "Ctrl+Space",
+                    "mcpServers": {
+                        **shared,
+                        "broken": {"command": str(tmp_path / "no-such-server")},
+                    },
+                }
+            ),
+        ),
+        write(
+            home / "Library" / "Application Support" / "Claude" / desktop,
+            json.dumps({"mcpServers": shared}),
+        ),
+        write(
+            project / ".vscode" / "mcp.json",
+            '{\n  // the project\'s servers\n  "inputs": [],\n  "servers": {\n'
+            f'    "vs.code": {{"type": "stdio", "command": {json.dumps(LINT[0])},\n'
+            '      "args": ["${workspaceFolder}/lint_server.py"],},  /* trailing comma */\n'
+            "  },\n}\n",
+        ),
+        write(project / ".cursor" / "mcp.json", json.dumps({"mcpServers": shared})),
+        write(
+            home / ".cursor" / "mcp.json",
+            json.dumps(
+                {
+                    "mcpServers": {
+                        "kv": {
+                            "url": f"http://127.0.0.1:{kv.port}/mcp",
+                            "headers": {"Authorization": BEARER},
+                        }
+                    }
+                }
+            ),
+        ),
+    ]
+    return project, home, {path: path.read_bytes() for path in files}
+
+
+SERVER_NAMES = ["notes", "shared", "vs-code", "kv"]
+ENV = {"API_TOKEN": SECRET, "KV_AUTHORIZATION": BEARER}
+
+
+def test_init_check_wire_unwire_over_every_client(
+    clients: tuple[Path, Path, dict[Path, bytes]],
+) -> None:
+    project, home, originals = clients
+    made = run("init", cwd=project, home=home)
+    assert made.returncode == 0, made.stderr
+    registry = (project / "compensators.yaml").read_text()
+    for name in SERVER_NAMES:
+        assert f"\n  {name}:\n" in registry  # started, listed: in the registry
+    for name in SERVER_NAMES[:-1]:
+        assert f"  {name}__peek: {{classification: read}}" in registry  # readOnlyHint
+        assert f"  # {name}__wipe:" in registry  # left unknown, commented out
+    assert "kv__get" in registry and "# kv__put:" in registry
+    assert "# broken: failed to start" in registry and "no-such-server" in registry
+    assert SECRET not in registry and "kv-token" not in registry
+    assert '{"API_TOKEN": "${API_TOKEN}"}' in registry
+    assert '{"Authorization": "${KV_AUTHORIZATION}"}' in registry
+    assert str(project.resolve() / "lint_server.py") in registry  # ${workspaceFolder}
+    assert "API_TOKEN KV_AUTHORIZATION" in made.stdout
+    for path in originals:
+        assert str(path) in made.stdout  # read from every place
+    assert "compensator check --config compensators.yaml" in made.stdout
+    assert "pytest --compensator-config compensators.yaml" in made.stdout
+
+    checked = run("check", "--config", "compensators.yaml", cwd=project, home=home, env=ENV)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    wired = run("wire", "--config", "compensators.yaml", "--yes", cwd=project, home=home)
+    assert wired.returncode == 0, wired.stderr
+    for path, before in originals.items():
+        assert (
+            path.read_bytes() != before
+            and (path.parent / f"{path.name}.compensator-backup").read_bytes() == before
+        )
+    claude = json.loads((home / ".claude.json").read_text())
+    assert claude["numStartups"] == 7
+    assert set(claude["mcpServers"]) == {"compensator"}
+    desktop = json.loads(next(p for p in originals if "Claude" in str(p.parent)).read_text())
+    assert set(desktop["mcpServers"]) == {"broken", "compensator"}  # broken stays as it was
+    vscode = (project / ".vscode" / "mcp.json").read_text()
+    assert "// the project's servers" in vscode and "/* trailing comma */" not in vscode
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["compensator"]
+    assert entry["env"] == {"API_TOKEN": SECRET}
+    assert "also needs KV_AUTHORIZATION" in wired.stderr  # set in ~/.cursor/mcp.json only
+    tools = anyio.run(_tools_through, entry, home, {"KV_AUTHORIZATION": BEARER})
+    assert {f"{name}__peek" for name in SERVER_NAMES[:-1]} <= tools and "kv__get" in tools
+
+    unwired = run("unwire", "--yes", cwd=project, home=home)
+    assert unwired.returncode == 0, unwired.stderr
+    for path, before in originals.items():
+        assert path.read_bytes() == before
+        assert not (path.parent / f"{path.name}.compensator-backup").exists()
+
+
+async def _tools_through(entry: dict[str, Any], home: Path, exported: dict[str, str]) -> set[str]:
+    """Start the proxy as a client would from the wired entry, and list its tools."""
+    params = StdioServerParameters(
+        command=entry["command"],
+        args=entry["args"],
+        env={**exported, **entry.get("env", {}), "HOME": str(home), "PATH": os.environ["PATH"]},
+    )
+    with (home / "proxy.log").open("w") as log:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = await session.list_tools()
+    return {tool.name for tool in listed.tools}
+
+
+def test_init_refuses_to_overwrite_and_names_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In process: these fail before any server starts."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(write(project / "compensators.yaml", "mine\n").parent)
+
+    def init(*args: str) -> str:
+        assert main(["init", "--project", str(project), *args]) == 1
+        return capsys.readouterr().err
+
+    assert "--force" in init()
+    assert (project / "compensators.yaml").read_text() == "mine\n"
+    assert "found no MCP client configuration" in init("-o", "new.yaml")
+    broken = write(project / ".mcp.json", '{"mcpServers": {"a": {"command": "x"}}\n')
+    bad = init("-o", "new.yaml")
+    assert str(broken) in bad and "line 2" in bad
+    write(project / ".mcp.json", '{"mcpServers": {"a": {"args": []}}}')
+    assert 'mcpServers.a: has neither "command" nor "url"' in init("-o", "new.yaml")
+    write(project / ".mcp.json", '{"mcpServers": []}')
+    assert "expected an object of servers, found a list" in init("-o", "new.yaml")
+    assert not (project / "new.yaml").exists()
+
+
+def test_init_takes_the_shipped_policies_for_a_known_server(tmp_path: Path) -> None:
+    servers = third_party_servers("npm", node=True)
+    script = servers / "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+    home, project, data = tmp_path / "home", tmp_path / "project", tmp_path / "data"
+    home.mkdir()
+    data.mkdir()
+    config = {"mcpServers": {"files": {"command": "node", "args": [str(script), str(data)]}}}
+    source = write(tmp_path / "elsewhere.json", json.dumps(config))
+    made = run(
+        "init", "--from", str(source), "--force", cwd=write(project / "x", "").parent, home=home
+    )
+    assert made.returncode == 0, made.stderr
+    assert "policies from filesystem.yaml" in made.stdout
+    registry = (project / "compensators.yaml").read_text()
+    assert "files__write_file:\n    classification: compensable" in registry
+    assert "snapshot_tool: files__read_text_file" in registry
+    assert "fs__" not in registry
+    assert "state:\n  - tool: files__directory_tree" in registry
+    # pytest sets COMPENSATOR_WORKDIR to a new folder per example: it never touches `data`
+    assert f'"${{COMPENSATOR_WORKDIR:-{data}}}"' in registry
+    checked = run("check", "--config", "compensators.yaml", cwd=project, home=home)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "0 errors, 0 warnings" in checked.stdout
+    assert jsonc.loads(source.read_text()) == config  # --from FILE is only read
