@@ -13,7 +13,6 @@ import pytest
 
 from compensator.cli import main
 from compensator.clients import ClientServer, Source, jsonc, matching_registry, propose, variables
-from compensator.clients import proposal as proposal_module
 from compensator.registry import parse_registry
 
 JSONC = """{
@@ -138,10 +137,10 @@ def test_tools_read_when_annotated_else_left_unknown_and_failures_commented(tmp_
     )
     registry = parse_registry(made.text, tmp_path / "r.yaml", {})
     assert set(registry.servers) == {"a"}
-    assert {name: p.classification.value for name, p in registry.tools.items()} == {
-        "a__look": "read"
-    }
-    assert "# a__change:" in made.text and "# a__plain:" in made.text
+    # The one server that started keeps its tools' own names (prefix: "").
+    assert registry.servers["a"].prefix == ""
+    assert {name: p.classification.value for name, p in registry.tools.items()} == {"look": "read"}
+    assert "# change:" in made.text and "# plain:" in made.text
     assert "# down: failed to start, so it is left out: no such file" in made.text
     (report, failed) = sorted(made.reports, key=lambda r: r.name)
     assert (report.read, report.unknown, failed.failure) == (
@@ -151,17 +150,34 @@ def test_tools_read_when_annotated_else_left_unknown_and_failures_commented(tmp_
     )
 
 
-@pytest.mark.parametrize("on", [False, True])
-def test_unprefixed_is_proposed_only_when_switched_on_and_names_do_not_clash(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on: bool
-) -> None:
-    monkeypatch.setattr(proposal_module, "PROPOSE_UNPREFIXED", on)
-    tools = {"a": [{"name": "same"}], "b": [{"name": "same"}, {"name": "x"}], "c": [{"name": "y"}]}
+def test_one_server_whose_names_clash_with_nothing_keeps_them(tmp_path: Path) -> None:
+    # a and b share a name; d has a meta tool's name; e one that starts with `c__`: only c's
+    # tools can keep their own names, and its entries are written by those names.
+    tools = {
+        "a": [{"name": "same"}],
+        "b": [{"name": "same"}, {"name": "x"}],
+        "d": [{"name": "undo_to"}],
+        "e": [{"name": "c__y"}],
+        "c": [{"name": "y", "annotations": {"readOnlyHint": True}}, {"name": "z"}],
+    }
     servers = {name: server(name, command="x") for name in tools}
     text = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="").text
     lines = text.splitlines()
     unprefixed = [lines[i - 2].strip() for i, line in enumerate(lines) if "prefix:" in line]
-    assert unprefixed == (["c:"] if on else [])
+    assert unprefixed == ["c:"]
+    assert "  y: {classification: read}   # annotated readOnlyHint: true" in lines
+    assert "  # z:   # unknown until classified: journaled, and undo refuses it" in lines
+    assert "  b__x: {classification: read}" not in lines and "  # b__x:" in text
+    assert "  # e__c__y:" in text
+
+
+def test_a_lone_server_keeps_its_names_and_a_failed_one_is_never_chosen(tmp_path: Path) -> None:
+    tools = {"only": [{"name": "t"}]}
+    servers = {name: server(name, command="x") for name in ("broken", "only")}
+    text = propose(servers, tools, {"broken": "exit 1"}, project=tmp_path, home=tmp_path, header="")
+    assert text.text.count('prefix: ""') == 1
+    assert "  # t:   # unknown until classified" in text.text
+    assert "#   inverse_tool: ...   #" in text.text
 
 
 # --- wire and unwire on every shape ----------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+import yaml
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -144,7 +145,10 @@ def test_init_check_wire_unwire_over_every_client(
     for name in SERVER_NAMES[:-1]:
         assert f"  {name}__peek: {{classification: read}}" in registry  # readOnlyHint
         assert f"  # {name}__wipe:" in registry  # left unknown, commented out
-    assert "kv__get" in registry and "# kv__put:" in registry
+    # The lint servers share their tool names; kv's clash with nothing, so it keeps them.
+    prefixes = {n: s.get("prefix") for n, s in yaml.safe_load(registry)["servers"].items()}
+    assert prefixes == {"notes": None, "shared": None, "vs-code": None, "kv": ""}
+    assert "  # get:" in registry and "  # put:" in registry
     assert "# broken: failed to start" in registry and "no-such-server" in registry
     assert SECRET not in registry and "kv-token" not in registry
     assert '{"API_TOKEN": "${API_TOKEN}"}' in registry
@@ -177,7 +181,7 @@ def test_init_check_wire_unwire_over_every_client(
     assert entry["env"] == {"API_TOKEN": SECRET}
     assert "also needs KV_AUTHORIZATION" in wired.stderr  # set in ~/.cursor/mcp.json only
     tools = anyio.run(_tools_through, entry, home, {"KV_AUTHORIZATION": BEARER})
-    assert {f"{name}__peek" for name in SERVER_NAMES[:-1]} <= tools and "kv__get" in tools
+    assert {f"{name}__peek" for name in SERVER_NAMES[:-1]} <= tools and "get" in tools
 
     unwired = run("unwire", "--yes", cwd=project, home=home)
     assert unwired.returncode == 0, unwired.stderr
@@ -243,10 +247,12 @@ def test_init_takes_the_shipped_policies_for_a_known_server(tmp_path: Path) -> N
     assert made.returncode == 0, made.stderr
     assert "policies from filesystem.yaml" in made.stdout
     registry = (project / "compensators.yaml").read_text()
-    assert "files__write_file:\n    classification: compensable" in registry
-    assert "snapshot_tool: files__read_text_file" in registry
-    assert "fs__" not in registry
-    assert "state:\n  - tool: files__directory_tree" in registry
+    # The one server keeps its tools' own names, in its entries and the shipped policies.
+    assert 'prefix: ""' in registry
+    assert "\n  write_file:\n    classification: compensable" in registry
+    assert "snapshot_tool: read_text_file" in registry
+    assert "fs__" not in registry and "files__" not in registry
+    assert "state:\n  - tool: directory_tree" in registry
     # pytest sets COMPENSATOR_WORKDIR to a new folder per example: it never touches `data`
     assert f'"${{COMPENSATOR_WORKDIR:-{data}}}"' in registry
     checked = run("check", "--config", "compensators.yaml", cwd=project, home=home)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from .jsonc import ConfigFileError
 from .proposal import (
-    PROPOSE_UNPREFIXED,
     Proposal,
     ServerReport,
     matching_registry,
@@ -32,7 +31,6 @@ from .wiring import BACKUP_SUFFIX, PROXY_NAME, backup_of, diff, replace_atomical
 __all__ = [
     "BACKUP_SUFFIX",
     "CLIENTS",
-    "PROPOSE_UNPREFIXED",
     "PROXY_NAME",
     "ClientServer",
     "Collected",

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
+from ..names import META_TOOLS, exposed_name, split_name
 from .sources import ClientServer
 
 __all__ = [
-    "PROPOSE_UNPREFIXED",
     "SHIPPED",
     "Proposal",
     "ServerReport",
@@ -29,10 +29,6 @@ __all__ = [
     "propose",
     "variables",
 ]
-
-PROPOSE_UNPREFIXED = False
-"""Propose `prefix: ""` (tools shown without their server's name) for one server whose tool
-names clash with no other's. Off until the registry accepts `prefix: ""`; switch it on then."""
 
 SHIPPED = {
     "filesystem.yaml": "@modelcontextprotocol/server-filesystem",
@@ -121,7 +117,8 @@ def propose(
     names = variables(servers)
     lines = [*(f"# {line}".rstrip() for line in header.splitlines()), "", "servers:"]
     reports = []
-    unprefixed = _unprefixed(tools) if PROPOSE_UNPREFIXED else None
+    unprefixed = _unprefixed({n: t for n, t in tools.items() if n not in failures})
+    prefixes = {name: "" if name == unprefixed else name for name in servers}
     for name, server in servers.items():
         entry = _server_lines(server, names[name], project, home)
         if name in failures:
@@ -132,25 +129,27 @@ def propose(
             continue
         lines += [f"  {name}:", *(f"  {line}" for line in entry)]
         if name == unprefixed:
-            lines.append('    prefix: ""   # its tool names clash with no other server\'s')
-    lines += _state(servers, failures)
+            lines.append('    prefix: ""   # its tools keep their own names: none clashes')
+    lines += _state(servers, failures, prefixes)
     lines += ["", "tools:"]
     for name, server in servers.items():
         if name not in failures:
-            report, block = _tools(name, server, tools.get(name, ()))
+            report, block = _tools(name, prefixes[name], server, tools.get(name, ()))
             reports.append(report)
             lines += block
     return Proposal(text="\n".join(lines) + "\n", reports=reports)
 
 
-def _state(servers: Mapping[str, ClientServer], failures: Mapping[str, str]) -> list[str]:
+def _state(
+    servers: Mapping[str, ClientServer], failures: Mapping[str, str], prefixes: Mapping[str, str]
+) -> list[str]:
     """The shipped registries' `state:` probes for the servers that have one: the pytest
     plugin compares what they return before and after each undo."""
     probes: list[Any] = []
     for name, server in servers.items():
         shipped = matching_registry(server)
         if shipped and name not in failures:
-            probes += _renamed(_shipped(shipped), name).get("state") or []
+            probes += _renamed(_shipped(shipped), prefixes[name]).get("state") or []
     if not probes:
         return []
     dumped = yaml.safe_dump(probes, sort_keys=False, width=96, default_flow_style=None)
@@ -234,14 +233,15 @@ def _references(value: str, client: str, project: Path, home: Path) -> str:
 
 
 def _tools(
-    name: str, server: ClientServer, tools: Sequence[Mapping[str, Any]]
+    name: str, prefix: str, server: ClientServer, tools: Sequence[Mapping[str, Any]]
 ) -> tuple[ServerReport, list[str]]:
+    """The `tools:` entries of server `name`, whose tools are exposed with `prefix`."""
     shipped = matching_registry(server)
     report = ServerReport(name=name, shipped=shipped)
-    policies = _shipped_policies(shipped, name) if shipped else {}
+    policies = _shipped_policies(shipped, prefix) if shipped else {}
     lines = [f"  # --- {name}" + (f": policies from compensator's {shipped}" if shipped else "")]
     for tool in tools:
-        tool_name = f"{name}__{tool['name']}"
+        tool_name = exposed_name(prefix, tool["name"])
         policy = policies.get(tool_name)
         if policy is not None:
             classification = policy.get("classification")
@@ -258,39 +258,41 @@ def _tools(
             )
         else:
             report.unknown.append(tool["name"])
-            lines += _skeleton(tool_name, name)
+            lines += _skeleton(tool_name, prefix)
     return report, lines
 
 
-def _skeleton(tool_name: str, server: str) -> list[str]:
+def _skeleton(tool_name: str, prefix: str) -> list[str]:
     """A commented-out entry: the tool stays `unknown` (journaled, undo refuses it) until a
     person picks a classification. See docs/writing-a-registry.md."""
+    other = exposed_name(prefix, "...")
     return [
         f"  # {tool_name}:   # unknown until classified: journaled, and undo refuses it",
         "  #   classification: reversible | compensable | irreversible",
-        f"  #   inverse_tool: {server}__...   # reversible: from {{args.x}} and {{result.x}}",
-        f"  #   snapshot_tool: {server}__...  # compensable: read first, undo from {{snapshot.x}}",
+        f"  #   inverse_tool: {other}   # reversible: from {{args.x}} and {{result.x}}",
+        f"  #   snapshot_tool: {other}  # compensable: read first, undo from {{snapshot.x}}",
     ]
 
 
-def _shipped_policies(file: str, name: str) -> dict[str, Any]:
-    """The `tools:` of a shipped registry, renamed from its server to `name`."""
-    policies: dict[str, Any] = _renamed(_shipped(file), name).get("tools") or {}
+def _shipped_policies(file: str, prefix: str) -> dict[str, Any]:
+    """The `tools:` of a shipped registry, its tools exposed with `prefix`."""
+    policies: dict[str, Any] = _renamed(_shipped(file), prefix).get("tools") or {}
     return policies
 
 
-def _renamed(data: dict[str, Any], name: str) -> dict[str, Any]:
-    """A shipped registry with its one server's tool names (`fs__...`) as `name__...`."""
+def _renamed(data: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A shipped registry with its one server's tool names (`fs__write`) exposed with
+    `prefix` instead (`prefix__write`, or `write` when `prefix` is empty)."""
     (old,) = data["servers"]
-    prefix = f"{old}__"
+    shipped = f"{old}__"
 
     def rename(value: Any) -> Any:
         if isinstance(value, dict):
             return {rename(k): rename(v) for k, v in value.items()}
         if isinstance(value, list):
             return [rename(v) for v in value]
-        if isinstance(value, str) and value.startswith(prefix):
-            return f"{name}__{value[len(prefix) :]}"
+        if isinstance(value, str) and value.startswith(shipped):
+            return exposed_name(prefix, value[len(shipped) :])
         return value
 
     renamed: dict[str, Any] = rename(data)
@@ -298,10 +300,15 @@ def _renamed(data: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _unprefixed(tools: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
-    """The first server none of whose tool names another server also has."""
+    """The first server whose tools can keep their own names (`prefix: ""`): none of them is
+    another server's tool name, a meta tool's name, or starts with another server's
+    `name__`. With one server, a client then sees exactly that server's tools."""
     for name, own in tools.items():
         mine = {tool["name"] for tool in own}
         others = {t["name"] for other, ts in tools.items() if other != name for t in ts}
-        if not mine & others:
-            return name
+        if mine & (others | META_TOOLS):
+            continue
+        if any((split_name(t) or ("",))[0] in tools for t in mine):
+            continue
+        return name
     return None
