@@ -222,13 +222,24 @@ def test_a_journal_of_schema_2_migrates_with_each_old_session_an_agent(tmp_path:
 
 def test_a_write_the_journal_cannot_take_says_what_to_do(tmp_path: Path):
     path = tmp_path / "j.db"
-    Journal(path).close()
+    writer = Journal(path)
+    writer.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    writer.close()
+    # A read-only connection stands in for a read-only file, since root ignores file modes.
     reader = Journal(path, read_only=True)
     try:
         with pytest.raises(JournalError, match="the journal file is read-only"):
             reader.create_checkpoint("x")
+        with pytest.raises(JournalError, match="the journal file is read-only"):
+            reader.record_intent(Intent(tool="s__b", classification="reversible", args={}))
     finally:
         reader.close()
+    again = Journal(path)
+    try:
+        assert [c.tool for c in again.open_changes()] == ["s__a"], "the refusal lost a change"
+    finally:
+        again.close()
+    tally("journal read-only", injected=2, survived=2)
     full = Journal(path)
     try:
         # SQLite's own limit on the file's size: the writes fail as on a full disk.
