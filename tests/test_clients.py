@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from compensator.cli import main
-from compensator.clients import ClientServer, Source, jsonc, matching_registry, propose, variables
+from compensator.cli import wire as wire_module
+from compensator.clients import (
+    ClientServer,
+    Source,
+    backup_of,
+    jsonc,
+    matching_registry,
+    propose,
+    variables,
+)
 from compensator.registry import parse_registry
 
 JSONC = """{
@@ -167,7 +176,7 @@ def test_one_server_whose_names_clash_with_nothing_keeps_them(tmp_path: Path) ->
     assert unprefixed == ["c:"]
     assert "  y: {classification: read}   # annotated readOnlyHint: true" in lines
     assert "  # z:   # unknown until classified: journaled, and undo refuses it" in lines
-    assert "  b__x: {classification: read}" not in lines and "  # b__x:" in text
+    assert "  # b__x:" in text
     assert "  # e__c__y:" in text
 
 
@@ -326,4 +335,47 @@ def test_wire_asks_and_refuses_what_it_cannot_do_safely(
     assert cli(project, "wire", "--config", str(project / "r.yaml"), "--yes") == 1
     assert "nothing to wire" in capsys.readouterr().err
     assert cli(project, "unwire", "--yes") == 1
-    assert "no client configuration here has a backup" in capsys.readouterr().err
+    assert "nothing to unwire" in capsys.readouterr().err
+
+
+def test_unwire_elsewhere_keeps_another_projects_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ~/.claude.json holds every project's lists: unwire run from project B, which was never
+    # wired, must neither write it nor drop the backup that is A's only way back.
+    data = {
+        "mcpServers": {"theirs": {"command": "z"}},  # the user's list: every project reads it
+        "projects": {"@PROJECT@": {"mcpServers": {"mine": ENTRY}}},
+    }
+    home, project, path = place(tmp_path, "~/.claude.json", data)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(project)
+    original = path.read_bytes()
+    assert cli(project, "wire", "--config", "r.yaml", "--yes") == 0
+    wired_bytes, backup = path.read_bytes(), backup_of(path)
+    other = tmp_path / "other"
+    other.mkdir()
+    assert cli(other, "unwire", "--yes") == 1
+    assert "nothing to unwire" in capsys.readouterr().err
+    assert path.read_bytes() == wired_bytes and backup.read_bytes() == original
+    assert cli(project, "unwire", "--yes") == 0
+    assert path.read_bytes() == original and not backup.exists()
+
+
+def test_a_failed_unwire_write_keeps_the_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home, project, path = place(tmp_path, ".mcp.json", {"mcpServers": {"mine": ENTRY}})
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(project)
+    original = path.read_bytes()
+    assert cli(project, "wire", "--config", "r.yaml", "--yes") == 0
+    wired_bytes = path.read_bytes()
+
+    def full_disk(target: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wire_module, "replace_atomically", full_disk)
+    assert cli(project, "unwire", "--yes") == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert path.read_bytes() == wired_bytes and backup_of(path).read_bytes() == original

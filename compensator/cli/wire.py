@@ -18,6 +18,7 @@ from ..clients import (
     collect,
     diff,
     replace_atomically,
+    still_wired,
     unwired,
     variables,
     wired,
@@ -92,7 +93,7 @@ def run_wire(args: argparse.Namespace) -> int:
     except CompensatorError as exc:
         print(f"compensator wire: {exc}", file=sys.stderr)
         return 1
-    return _apply(changes, args, "wire", _keep_backup)
+    return _apply(changes, args, "wire", before=_keep_backup)
 
 
 def run_unwire(args: argparse.Namespace) -> int:
@@ -106,15 +107,19 @@ def run_unwire(args: argparse.Namespace) -> int:
                 continue
             old = path.read_bytes()
             new = unwired(old.decode("utf-8"), backup.read_bytes().decode("utf-8"), listed)
-            changes[path] = (old, new.encode("utf-8"))
+            if new.encode("utf-8") != old:
+                changes[path] = (old, new.encode("utf-8"))
         if not changes:
+            # A backup with nothing here to restore (another project wired ~/.claude.json)
+            # is kept: it may hold the only copy of that project's servers.
             raise CompensatorError(
-                "no client configuration here has a backup from `compensator wire`"
+                "no server list read here has the proxy's entry and a backup from "
+                "`compensator wire`: nothing to unwire"
             )
     except (CompensatorError, OSError, UnicodeDecodeError) as exc:
         print(f"compensator unwire: {exc}", file=sys.stderr)
         return 1
-    return _apply(changes, args, "unwire", _drop_backup)
+    return _apply(changes, args, "unwire", after=_drop_backup)
 
 
 def _registry_servers(config: Path) -> set[str]:
@@ -197,8 +202,12 @@ def _apply(
     changes: dict[Path, tuple[bytes, bytes]],
     args: argparse.Namespace,
     verb: str,
-    after: Callable[[Path, bytes], None],
+    *,
+    before: Callable[[Path, bytes, bytes], None] | None = None,
+    after: Callable[[Path, bytes, bytes], None] | None = None,
 ) -> int:
+    """Show each file's diff, ask, and write; `before` runs before a file is written (wire
+    keeps its backup) and `after` once it is (unwire drops the backup then, never sooner)."""
     for path, (old, new) in changes.items():
         print(diff(path, old.decode("utf-8"), new.decode("utf-8")), end="")
     if args.dry_run:
@@ -219,15 +228,31 @@ def _apply(
         if path.read_bytes() != old:
             print(f"compensator {verb}: {path} changed meanwhile; left alone", file=sys.stderr)
             return 1
-        after(path, old)
-        replace_atomically(path, new)
+        try:
+            if before is not None:
+                before(path, old, new)
+            replace_atomically(path, new)
+            if after is not None:
+                after(path, old, new)
+        except OSError as exc:
+            print(f"compensator {verb}: {path}: {exc}; it is left as it was", file=sys.stderr)
+            return 1
         print(f"{verb}: {path}")
     return 0
 
 
-def _keep_backup(path: Path, old: bytes) -> None:
+def _keep_backup(path: Path, old: bytes, new: bytes) -> None:
     replace_atomically(backup_of(path), old)
 
 
-def _drop_backup(path: Path, old: bytes) -> None:
+def _drop_backup(path: Path, old: bytes, new: bytes) -> None:
+    """Once no list in the file has the proxy's entry; while another project's list in
+    ~/.claude.json still has it, the backup is its way back."""
+    if still_wired(new.decode("utf-8")):
+        print(
+            f"note: {backup_of(path)} is kept: another server list in {path} still starts "
+            "the proxy (run `compensator unwire` where it was wired)",
+            file=sys.stderr,
+        )
+        return
     backup_of(path).unlink()

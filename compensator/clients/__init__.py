@@ -26,7 +26,16 @@ from .sources import (
     read_file,
     sources_of,
 )
-from .wiring import BACKUP_SUFFIX, PROXY_NAME, backup_of, diff, replace_atomically, unwired, wired
+from .wiring import (
+    BACKUP_SUFFIX,
+    PROXY_NAME,
+    backup_of,
+    diff,
+    replace_atomically,
+    still_wired,
+    unwired,
+    wired,
+)
 
 __all__ = [
     "BACKUP_SUFFIX",
@@ -47,6 +56,7 @@ __all__ = [
     "read_file",
     "replace_atomically",
     "sources_of",
+    "still_wired",
     "unwired",
     "variables",
     "wired",

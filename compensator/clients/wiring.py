@@ -26,6 +26,7 @@ __all__ = [
     "backup_of",
     "diff",
     "replace_atomically",
+    "still_wired",
     "unwired",
     "wired",
 ]
@@ -119,3 +120,21 @@ def unwired(current: str, backup: str, sources: Iterable[Source]) -> str:
         if PROXY_NAME in jsonc.loads(current[now[0] : now[1]]):
             current = current[: now[0]] + backup[before[0] : before[1]] + current[now[1] :]
     return current
+
+
+def still_wired(text: str) -> bool:
+    """Whether any server list anywhere in a client file (every project's of ~/.claude.json
+    too, not only the lists one project reads) still has the proxy's entry: while one does,
+    the backup holds the only copy of the servers it replaced."""
+
+    def walk(value: Any) -> bool:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                listed = key in ("mcpServers", "servers") and isinstance(inner, dict)
+                if (listed and PROXY_NAME in inner) or walk(inner):
+                    return True
+        elif isinstance(value, list):
+            return any(walk(inner) for inner in value)
+        return False
+
+    return walk(jsonc.loads(text))
