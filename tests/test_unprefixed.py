@@ -310,12 +310,16 @@ async def test_a_prefixed_and_an_unprefixed_server_side_by_side(
 
         wrong = await client.call("lint__plain")
         assert wrong.is_error and "server 'lint' does not offer tool 'lint__plain'" in wrong.text
+        hidden = await client.call("tasks__zap")  # lint's, hidden by the tasks prefix
+        assert hidden.is_error and hidden.text.startswith(
+            "server 'lint' offers tool 'tasks__zap', but server 'tasks', whose prefix is tasks"
+        ), hidden.text
         report = await client.undo_to(checkpoint)
         assert [s["tool"] for s in report["skipped"]] == ["wipe"], report  # unknown: refused
         tasks = (await client.call_ok("tasks__list_tasks"))["tasks"]
         assert [t["id"] for t in tasks] == [added["id"]]
     warnings = [line for line in proxy_log().splitlines() if "clients cannot reach" in line]
-    assert len(warnings) == 2, warnings  # each shadowed tool, once
+    assert len(warnings) == 3, warnings  # each shadowed tool, once
     assert any("'checkpoint'" in w and "the meta tool checkpoint" in w for w in warnings)
     assert any(
         "'tasks__add_task'" in w and "server 'tasks', whose prefix is tasks" in w for w in warnings
@@ -339,7 +343,7 @@ def test_check_reports_shadowed_tools(tmp_path: Path, tasks_env: dict[str, str])
     document = json.loads(done.stdout)
     shadowed = {f["tool"]: f for f in document["findings"] if f["key"] == "servers.lint.prefix"}
     assert done.returncode == 1
-    assert set(shadowed) == {"checkpoint", "tasks__add_task"}, document
+    assert set(shadowed) == {"checkpoint", "tasks__add_task", "tasks__zap"}, document
     assert all(f["severity"] == "error" and f["line"] for f in shadowed.values())
     assert "the meta tool checkpoint takes that name" in shadowed["checkpoint"]["message"]
     assert "server 'tasks', whose prefix is tasks" in shadowed["tasks__add_task"]["message"]

@@ -193,12 +193,13 @@ class DownstreamPool:
         if resolved is None:
             known = ", ".join(p for p in self.prefixes if p)
             return f"no server offers tool {name!r}; known servers: {known}"
-        server = self.servers[self.prefixes[resolved[0]]]
         if name in self.hidden:
+            # The unprefixed server offers it; what hides it is a meta tool or a prefix.
             return (
-                f"server {server.name!r} offers tool {name!r}, but {self.hidden[name]} takes "
-                "that name, so the proxy leaves it out"
+                f"server {self.prefixes['']!r} offers tool {name!r}, but {self.hidden[name]} "
+                "takes that name, so the proxy leaves it out"
             )
+        server = self.servers[self.prefixes[resolved[0]]]
         reason = (
             f" (it failed to start: {server.error}{self._retrying(server)})" if server.error else ""
         )

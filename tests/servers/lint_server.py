@@ -3,8 +3,9 @@
 `wipe` is annotated destructive (readOnlyHint false, destructiveHint true); `plain` has no
 annotations; `peek` is annotated read-only; `strict` forbids unknown arguments. With
 `--long-name` it also offers a tool whose name is 60 characters, so `lint__` + that name is
-longer than the 64 clients accept. With `--shadowed` it also offers `checkpoint` and
-`tasks__add_task`, names that the proxy routes elsewhere when this server has `prefix: ""`.
+longer than the 64 clients accept. With `--shadowed` it also offers `checkpoint`,
+`tasks__add_task` and `tasks__zap`, names that the proxy routes elsewhere when this server
+has `prefix: ""` (the tasks server has no `zap`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ TOOLS = [
 
 SHADOWED = [
     {"name": name, "description": "Named like something else.", "inputSchema": _OBJECT}
-    for name in ("checkpoint", "tasks__add_task")
+    for name in ("checkpoint", "tasks__add_task", "tasks__zap")
 ]
 
 
