@@ -96,6 +96,8 @@ async def test_undo_since_a_local_time_undoes_what_came_at_or_after_it(
         (["--since", "2h30"], "neither a duration"),
         (["--since", "2999-01-01T00:00"], "is in the future"),
         (["--change", "0"], "is not a change id"),
+        (["--change", str(2**63)], "is not a change id"),  # past SQLite's integers
+        (["--to", str(2**63)], "is not a checkpoint id"),
         (["--change", "3", "--to", "1"], "not allowed with argument"),
         ([], "one of the arguments --to --since --change is required"),
     ],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -303,22 +304,34 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return moment
 
 
-def _change_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a change id; `compensator log` lists them (the CHANGE column)"
-        )
-    return value
+def _journal_id(what: str, listed: str) -> Callable[[str], int]:
+    """An argparse type for a checkpoint or change id: a whole number from 1 to SQLite's
+    largest integer (a bigger one would end in an OverflowError deep in the journal)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= 2**63 - 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a {what} id; `compensator log` lists them{listed}"
+            )
+        return value
+
+    return parse
+
+
+_change_id = _journal_id("change", " (the CHANGE column)")
+_checkpoint_id = _journal_id("checkpoint", "")
 
 
 def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
     add_registry_arguments(parser, db_help="the journal file (default: as `serve` finds it)")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--to", type=int, metavar="N", help="undo every change after checkpoint N")
+    which.add_argument(
+        "--to", type=_checkpoint_id, metavar="N", help="undo every change after checkpoint N"
+    )
     which.add_argument(
         "--since",
         type=parse_since,
