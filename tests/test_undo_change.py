@@ -144,3 +144,22 @@ async def test_an_unprefixed_servers_tools_count_as_one_server(proxy, tmp_path: 
         [skipped] = report["skipped"]
         assert f"{second} (complete_task)" in skipped["reason"]
         assert await change_ids(client) == [second, first]
+
+
+async def test_another_agents_later_change_holds_it_back_without_being_shown(
+    proxy, tasks_config, tasks_env, tmp_path: Path
+):
+    db = tmp_path / "journal.db"
+    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "alice"}) as c:
+        await c.call_ok("tasks__add_task", {"title": "alice's"})
+        [alices] = await change_ids(c)
+    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "bob"}) as c:
+        await c.call_ok("tasks__add_task", {"title": "bob's"})
+        [bobs] = await change_ids(c)
+    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "alice"}) as c:
+        report = await c.call_ok("undo_change", {"change_id": alices})
+        [skipped] = report["skipped"]
+        reason = skipped["reason"]
+        assert "may depend on it: 1 by another agent;" in reason, reason
+        assert f"{bobs} (" not in reason and "undo those first" not in reason, reason
+        assert "force=true" in reason

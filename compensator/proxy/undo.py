@@ -267,10 +267,17 @@ class Undoer:
         later = self._later_on_server(change)
         if not later:
             return
-        shown = ", ".join(f"{c.id} ({c.tool})" for c in later[:10])
-        more = f" and {len(later) - 10} more" if len(later) > 10 else ""
-        what = f"later open changes to the same server may depend on it: {shown}{more}"
-        hint = "undo those first, or pass force=true if you checked it is safe to undo alone"
+        # Another agent's changes count, but are not this agent's to see: only how many.
+        mine = [c for c in later if self._agent is None or c.agent == self._agent]
+        theirs = len(later) - len(mine)
+        named = [f"{c.id} ({c.tool})" for c in mine[:10]]
+        if len(mine) > 10:
+            named.append(f"{len(mine) - 10} more")
+        if theirs:
+            named.append(f"{theirs} by other agents" if theirs > 1 else "1 by another agent")
+        what = f"later open changes to the same server may depend on it: {', '.join(named)}"
+        first = "undo those first, or " if mine else ""
+        hint = f"{first}pass force=true if you checked it is safe to undo alone"
         if not policy.verify:
             raise _Skip(
                 f"not undone alone: {what}; its tool has no `verify` read to show they "
