@@ -379,3 +379,13 @@ def test_a_failed_unwire_write_keeps_the_backup(
     assert cli(project, "unwire", "--yes") == 1
     assert "No space left on device" in capsys.readouterr().err
     assert path.read_bytes() == wired_bytes and backup_of(path).read_bytes() == original
+
+
+def test_tool_names_yaml_would_misread_are_quoted(tmp_path: Path) -> None:
+    names = ["on", "null", "yes", "a: b", "plain"]
+    tools = {"one": [{"name": n, "annotations": {"readOnlyHint": True}} for n in names]}
+    servers = {"one": server("one", command="x")}
+    made = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="")
+    registry = parse_registry(made.text, tmp_path / "r.yaml", {})
+    assert sorted(registry.tools) == sorted(names)
+    assert '  "on": {classification: read}' in made.text and "  plain: {" in made.text

@@ -124,10 +124,10 @@ def propose(
         if name in failures:
             reason = " ".join(failures[name].split())
             lines += [f"  # {name}: failed to start, so it is left out: {reason}"]
-            lines += [f"  # {line}" for line in [f"{name}:", *entry]]
+            lines += [f"  # {line}" for line in [f"{_key(name)}:", *entry]]
             reports.append(ServerReport(name=name, failure=reason))
             continue
-        lines += [f"  {name}:", *(f"  {line}" for line in entry)]
+        lines += [f"  {_key(name)}:", *(f"  {line}" for line in entry)]
         if name == unprefixed:
             lines.append('    prefix: ""   # its tools keep their own names: none clashes')
     lines += _state(servers, failures, prefixes)
@@ -254,7 +254,7 @@ def _tools(
         elif (tool.get("annotations") or {}).get("readOnlyHint") is True:
             report.read.append(tool["name"])
             lines.append(
-                f"  {tool_name}: {{classification: read}}   # annotated readOnlyHint: true"
+                f"  {_key(tool_name)}: {{classification: read}}   # annotated readOnlyHint: true"
             )
         else:
             report.unknown.append(tool["name"])
@@ -312,3 +312,15 @@ def _unprefixed(tools: Mapping[str, Sequence[Mapping[str, Any]]]) -> str | None:
             continue
         return name
     return None
+
+
+def _key(name: str) -> str:
+    """`name` as a YAML mapping key: bare when YAML reads it back as that string, else
+    quoted (a tool called `on`, `null` or `a: b` would otherwise be a boolean, a null or
+    a syntax error)."""
+    try:
+        if yaml.safe_load(f"{name}: 0") == {name: 0}:
+            return name
+    except yaml.YAMLError:
+        pass
+    return json.dumps(name)
