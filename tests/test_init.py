@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,10 @@ from compensator.cli import main
 from compensator.clients import jsonc
 
 from .conftest import SERVERS, third_party_servers
-from .test_http_downstream import HttpServer
+from .test_http_downstream import (
+    HttpServer,
+    http_server,  # noqa: F401  (a fixture)
+)
 
 LINT = [sys.executable, str(SERVERS / "lint_server.py")]
 SECRET = "s3cret-token-value"
@@ -45,16 +47,6 @@ def lint(**extra: Any) -> dict[str, Any]:
     return {"command": LINT[0], "args": LINT[1:], **extra}
 
 
-@pytest.fixture
-def kv(tmp_path: Path) -> Iterator[HttpServer]:
-    server = HttpServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -62,7 +54,10 @@ def write(path: Path, text: str) -> Path:
 
 
 @pytest.fixture
-def clients(tmp_path: Path, kv: HttpServer) -> tuple[Path, Path, dict[Path, bytes]]:
+def clients(
+    tmp_path: Path,
+    http_server: HttpServer,  # noqa: F811  (the fixture imported above)
+) -> tuple[Path, Path, dict[Path, bytes]]:
     """A project and a home with one server in every place init looks, each file holding
     other keys too; returns (project, home, each file's original bytes)."""
     project, home = tmp_path / "project", tmp_path / "home"
@@ -118,7 +113,7 @@ def clients(tmp_path: Path, kv: HttpServer) -> tuple[Path, Path, dict[Path, byte
                 {
                     "mcpServers": {
                         "kv": {
-                            "url": f"http://127.0.0.1:{kv.port}/mcp",
+                            "url": f"http://127.0.0.1:{http_server.port}/mcp",
                             "headers": {"Authorization": BEARER},
                         }
                     }

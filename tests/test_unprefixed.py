@@ -21,13 +21,12 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from compensator.errors import RegistryError
 from compensator.names import META_TOOLS, exposed_name, hidden_by, resolve
-from compensator.registry import parse_registry
 from compensator.wire import sdk
 
 from .conftest import EXAMPLES, SERVERS, Launcher, third_party_servers
 from .test_notifications import Client, method_is
+from .test_prefix import _error, _load
 from .test_serve_http import connected, serve  # noqa: F401  (serve is a fixture)
 
 pytestmark = [
@@ -74,16 +73,6 @@ def test_what_hides_an_unprefixed_name() -> None:
 
 
 # -- the registry ---------------------------------------------------------------------------
-
-
-def _load(text: str, tmp_path: Path) -> Any:
-    return parse_registry(text, tmp_path / "r.yaml", {})
-
-
-def _error(text: str, tmp_path: Path) -> str:
-    with pytest.raises(RegistryError) as info:
-        _load(text, tmp_path)
-    return str(info.value)
 
 
 def test_the_registry_names_unprefixed_tools_by_their_own_names(tmp_path: Path) -> None:
