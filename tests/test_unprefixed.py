@@ -17,12 +17,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from compensator.names import META_TOOLS, exposed_name, hidden_by, resolve
 from compensator.wire import sdk
+from pytest_compensator.client import _relay as relay_messages  # mcp 1.x shutdown
 
 from .conftest import EXAMPLES, SERVERS, Launcher, third_party_servers
 from .test_notifications import Client, method_is
@@ -160,13 +162,16 @@ async def _direct(log: Path, *, capable: bool = False) -> AsyncIterator[ClientSe
     params = StdioServerParameters(command="node", args=[str(_everything()), "stdio"])
     names = ("sampling_callback", "elicitation_callback", "list_roots_callback")
     callbacks = dict.fromkeys(names, _never) if capable else {}
+    relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
     with log.open("a") as errlog:
-        async with (
-            stdio_client(params, errlog=errlog) as (read, write),
-            ClientSession(read, write, **callbacks) as session,
-        ):
-            await session.initialize()
-            yield session
+        async with anyio.create_task_group() as relays:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                # The server's notifications during teardown, as launch_proxy does (mcp 1.x).
+                relays.start_soon(relay_messages, read, relay_in)
+                async with ClientSession(relay_out, write, **callbacks) as session:
+                    await session.initialize()
+                    yield session
+            relays.cancel_scope.cancel()
 
 
 async def _listed(session: ClientSession) -> tuple[dict[str, Any], dict[str, Any]]:
