@@ -10,19 +10,14 @@ import pytest
 
 from compensator.errors import RegistryError
 from compensator.registry import AutoCheckpoints, load_registry, registry_environment
-from tests.conftest import EXAMPLES
+from tests.test_drift import example_with
 
 pytestmark = pytest.mark.anyio
 
 
 def registry_with(tmp_path: Path, checkpoints: str) -> Path:
-    """The example registry with a `checkpoints:` section, its server path made absolute."""
-    text = (EXAMPLES / "compensators.yaml").read_text()
-    text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
-    text = text.replace("\nstate:\n", f"\ncheckpoints:\n{checkpoints}\nstate:\n", 1)
-    path = tmp_path / "auto.yaml"
-    path.write_text(text)
-    return path
+    """The example registry with a `checkpoints:` section."""
+    return example_with(tmp_path / "auto.yaml", f"checkpoints:\n{checkpoints}")
 
 
 async def test_a_checkpoint_before_each_sessions_first_change(proxy, tmp_path: Path, tasks_env):

@@ -22,14 +22,18 @@ from tests.faults import tally
 TASK_IDS = (1, 2, 3)
 
 
-def verified_registry(tmp_path: Path, extra: str = "") -> Path:
-    """The example registry with `defaults: {verify: true}`, its server path made absolute."""
+def example_with(path: Path, section: str) -> Path:
+    """The example registry at `path`, with `section` before its `state:` and its server path
+    made absolute."""
     text = (EXAMPLES / "compensators.yaml").read_text()
     text = text.replace('"tasks_server.py"', f'"{EXAMPLES / "tasks_server.py"}"')
-    text = text.replace("\nstate:\n", f"\ndefaults:\n  verify: true\n{extra}\nstate:\n", 1)
-    path = tmp_path / "verified.yaml"
-    path.write_text(text)
+    path.write_text(text.replace("\nstate:\n", f"\n{section}\nstate:\n", 1))
     return path
+
+
+def verified_registry(tmp_path: Path, extra: str = "") -> Path:
+    """The example registry with `defaults: {verify: true}`."""
+    return example_with(tmp_path / "verified.yaml", f"defaults:\n  verify: true\n{extra}")
 
 
 def out_of_band(db: Path, sql: str, *params: object) -> None:

@@ -23,6 +23,14 @@ async def change_ids(client) -> list[int]:
     return [change["id"] for change in await client.list_changes()]
 
 
+async def add_as(agent: str, proxy, config: Path, db: Path, env: dict[str, str]) -> int:
+    """One task added by `agent` through its own proxy on journal `db`; its change id."""
+    async with proxy(config, db=db, env={**env, "COMPENSATOR_AGENT": agent}) as client:
+        await client.call_ok("tasks__add_task", {"title": f"{agent}'s"})
+        [change_id] = await change_ids(client)
+    return change_id
+
+
 async def test_the_newest_change_of_its_server_is_undone_alone(proxy, tasks_config, tasks_env):
     async with proxy(tasks_config, env=tasks_env) as client:
         a = await client.call_ok("tasks__add_task", {"title": "a"})
@@ -108,9 +116,7 @@ async def test_bad_undo_change_arguments_are_error_results(
     proxy, tasks_config, tasks_env, tmp_path: Path
 ):
     db = tmp_path / "journal.db"
-    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "alice"}) as c:
-        await c.call_ok("tasks__add_task", {"title": "alice's"})
-        [alices] = await change_ids(c)
+    alices = await add_as("alice", proxy, tasks_config, db, tasks_env)
     async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "bob"}) as c:
         await c.call_ok("tasks__add_task", {"title": "bob's"})
         [bobs] = await change_ids(c)
@@ -150,12 +156,8 @@ async def test_another_agents_later_change_holds_it_back_without_being_shown(
     proxy, tasks_config, tasks_env, tmp_path: Path
 ):
     db = tmp_path / "journal.db"
-    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "alice"}) as c:
-        await c.call_ok("tasks__add_task", {"title": "alice's"})
-        [alices] = await change_ids(c)
-    async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "bob"}) as c:
-        await c.call_ok("tasks__add_task", {"title": "bob's"})
-        [bobs] = await change_ids(c)
+    alices = await add_as("alice", proxy, tasks_config, db, tasks_env)
+    bobs = await add_as("bob", proxy, tasks_config, db, tasks_env)
     async with proxy(tasks_config, db=db, env={**tasks_env, "COMPENSATOR_AGENT": "alice"}) as c:
         report = await c.call_ok("undo_change", {"change_id": alices})
         [skipped] = report["skipped"]

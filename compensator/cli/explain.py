@@ -42,9 +42,9 @@ async def explain(registry: Registry, tool: str, startup_timeout: float) -> dict
         offered = list(pool.routes)
         explained = explain_tool(registry, pool, tool) if known else None
         failures = dict(pool.failures)
-        server = pool.server_of(tool)
     if explained is None:
         raise CompensatorError(_unknown_tool(tool, [*offered, *registry.tools]))
+    server = registry.server_for(tool)
     if server is not None and server in failures:
         print(
             f"compensator explain: server {server!r} did not start, so its annotations "

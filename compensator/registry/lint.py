@@ -162,7 +162,7 @@ def lint(registry: Registry, live: LiveView, client: str = CLIENT_NAME) -> list[
     client knows the proxy by, part of the tool names it shows."""
     findings = [*_failed_servers(registry, live), *_long_names(registry, live, client)]
     findings.extend(_hidden(registry, live))
-    prefixes = {spec.exposed_prefix: name for name, spec in registry.servers.items()}
+    prefixes = registry.prefixes
     for reference in _references(registry):
         findings.extend(_check_reference(reference, live, prefixes))
     for policy in registry.tools.values():

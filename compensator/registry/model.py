@@ -177,9 +177,14 @@ class Registry:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""
         return self.tools.get(tool)
 
+    @property
+    def prefixes(self) -> dict[str, str]:
+        """Exposed prefix ("" for the unprefixed server) -> server name."""
+        return {spec.exposed_prefix: name for name, spec in self.servers.items()}
+
     def server_for(self, tool: str) -> str | None:
         """The server the exposed name `tool` goes to (by its prefix, or to the server set up
         without one), or None for a meta tool's name or a prefix no server has."""
-        prefixes = {spec.exposed_prefix: name for name, spec in self.servers.items()}
+        prefixes = self.prefixes
         resolved = resolve(tool, prefixes)
         return None if resolved is None else prefixes[resolved[0]]

@@ -211,11 +211,6 @@ class DownstreamPool:
             return ""
         return "; the proxy retries it in the background and offers its tools once it starts"
 
-    def server_of(self, name: str) -> str | None:
-        """The server the exposed tool `name` is routed to by its prefix (or lack of one)."""
-        resolved = resolve(name, self.prefixes)
-        return None if resolved is None else self.prefixes[resolved[0]]
-
     async def ensure_running(self, server_name: str) -> str | None:
         """Restart `server_name` if it exited (within its startup timeout, with backoff after
         failures); None when it runs, else why it cannot be called now."""
