@@ -457,7 +457,7 @@ def test_unknown_keys_everywhere(
 
 def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     error = load_error(tmp_path, HEAD + "zzz: 1\n", "zzz", "zzz", {})
-    assert "Allowed keys: servers, defaults, checkpoints, state, reset, tools." in str(error)
+    assert "Allowed keys: include, servers, defaults, checkpoints, state, reset, tools." in str(error)
 
 
 # -- types and required keys -------------------------------------------------------------
@@ -948,7 +948,10 @@ def test_the_registry_reference_loads(tmp_path: Path) -> None:
     docs = Path(__file__).resolve().parent.parent / "docs" / "registry.md"
     text = docs.read_text(encoding="utf-8").split("```yaml\n", 1)[1].split("```", 1)[0]
     environ = {"COMPENSATOR_PYTHON": "/usr/bin/python3", "API_TOKEN": "t", "REMOTE_TOKEN": "r"}
+    environ |= {"COMPENSATOR_SERVERS": "/opt", "COMPENSATOR_WORKDIR": "/w"}  # builtin:sqlite's
     registry = parse_registry(text, tmp_path / "compensators.yaml", environ)
+    assert list(registry.servers) == ["sqlite", "tasks", "remote"]
+    assert registry.tools["sqlite__write_query"].classification is Classification.COMPENSABLE
     remote = registry.servers["remote"]
     assert (remote.url, remote.exposed_prefix) == ("https://mcp.example.com/mcp", "rm")
     assert dict(remote.headers) == {"Authorization": "Bearer r"}

@@ -67,6 +67,9 @@ def _problem(finding: Finding) -> str:
     if finding.key is None:
         return finding.message
     where = finding.key if finding.line is None else f"{finding.key} (line {finding.line})"
+    if finding.file is not None:
+        line = "" if finding.line is None else f", line {finding.line}"
+        where = f"{finding.key} ({finding.file}{line})"
     return f"{where}: {finding.message}"
 
 
@@ -117,7 +120,7 @@ def run_check(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    findings = locate(lint(registry, live, args.client_name), registry.path)
+    findings = locate(lint(registry, live, args.client_name), registry.path, registry.origins)
     render = render_json if args.json else render_table
     print(render(findings, registry.path))
     return 1 if summary(findings)[0] else 0

@@ -18,7 +18,7 @@ __all__ = [
     "VERIFY",
 ]
 
-TOP = ("servers", "defaults", "checkpoints", "state", "reset", "tools")
+TOP = ("include", "servers", "defaults", "checkpoints", "state", "reset", "tools")
 SERVER = (
     "command",
     "args",

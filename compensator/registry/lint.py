@@ -66,6 +66,8 @@ class Finding:
     key: str | None
     message: str
     line: int | None = None
+    file: str | None = None
+    """The included file `line` is in; None: the registry itself."""
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "severity": self.severity.value}
@@ -341,14 +343,38 @@ def _unregistered(registry: Registry, live: LiveView) -> Iterator[Finding]:
         yield _warning(tool.name, None, message)
 
 
-def locate(findings: Iterable[Finding], path: Path) -> list[Finding]:
-    """The findings with the line of their key in `path`, errors first, then in file order."""
-    try:
-        _, lines = load_with_lines(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, UnicodeDecodeError, CompensatorError):
-        lines = {}
-    located = [replace(f, line=line_of(lines, f.key)) if f.key and lines else f for f in findings]
+def locate(
+    findings: Iterable[Finding], path: Path, origins: Mapping[str, Path] | None = None
+) -> list[Finding]:
+    """The findings with the line of their key in `path`, or, for a key within an entry an
+    included file holds (`origins`, see Registry), in that file; errors first, then in file
+    order."""
+    cache: dict[Path, dict[str, int]] = {}
+
+    def lines_of(file: Path) -> dict[str, int]:
+        if file not in cache:
+            try:
+                _, cache[file] = load_with_lines(file.read_text(encoding="utf-8"), str(file))
+            except (OSError, UnicodeDecodeError, CompensatorError):
+                cache[file] = {}
+        return cache[file]
+
+    located = []
+    for finding in findings:
+        origin = _origin(finding.key or "", origins or {})
+        lines = lines_of(origin or path)
+        if finding.key and lines:
+            finding = replace(finding, line=line_of(lines, finding.key))
+        if origin is not None:
+            finding = replace(finding, file=str(origin))
+        located.append(finding)
     return sorted(located, key=_order)
+
+
+def _origin(key: str, origins: Mapping[str, Path]) -> Path | None:
+    """The included file the entry holding `key` (`tools.NAME...`, `servers.NAME...`) is in."""
+    found = [entry for entry in origins if key == entry or key.startswith(f"{entry}.")]
+    return origins[max(found, key=len)] if found else None
 
 
 def summary(findings: Iterable[Finding]) -> tuple[int, int]:

@@ -172,6 +172,9 @@ class Registry:
     defaults: Defaults
     reset: tuple[ResetCall, ...] = ()
     checkpoints: AutoCheckpoints = field(default_factory=AutoCheckpoints)
+    origins: Mapping[str, Path] = field(default_factory=dict)
+    """`tools.NAME` or `servers.NAME` -> the file that entry is written in, for the entries
+    taken from `include:` files."""
 
     def policy(self, tool: str) -> ToolPolicy | None:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""

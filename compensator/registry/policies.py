@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..classification import Classification
@@ -13,7 +14,7 @@ from .reader import Reader, describe
 from .redaction import parse_redact_path
 from .yamlnodes import line_of
 
-__all__ = ["read_tools"]
+__all__ = ["check_verify_reads", "read_tools"]
 
 _ALL_NAMES = frozenset(CONTEXT_NAMES)
 _SNAPSHOT_NAMES = frozenset({"snapshot", "snapshot_error"})
@@ -21,9 +22,12 @@ _SNAPSHOT_NAMES = frozenset({"snapshot", "snapshot_error"})
 
 def read_tools(r: Reader, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]:
     raw = r.expect({} if raw is None else raw, dict, "tools")
-    policies = {
-        name: _policy(r, name, value, f"tools.{name}", defaults) for name, value in raw.items()
-    }
+    return {name: _policy(r, name, value, f"tools.{name}", defaults) for name, value in raw.items()}
+
+
+def check_verify_reads(r: Reader, policies: Mapping[str, ToolPolicy]) -> None:
+    """Every drift check's read is a tool the registry lets be called freely: one that only
+    reads (checked once the included files' tools are in too)."""
     for policy in policies.values():
         read = policies.get(policy.verify_tool or "")
         if read is not None and read.classification.behaviour.journaled:
@@ -34,7 +38,6 @@ def read_tools(r: Reader, raw: Any, defaults: Defaults) -> dict[str, ToolPolicy]
                 f"classifies it {read.classification.value}: it must only read"
             )
             raise r.error(where, problem, "Name a read tool, or drop verify.")
-    return policies
 
 
 def _policy(r: Reader, name: str, raw: Any, key: str, defaults: Defaults) -> ToolPolicy:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ..errors import RegistryError
+from ..names import exposed_name
 from . import keys
 from .model import ServerSpec
 from .reader import Reader
@@ -20,20 +22,51 @@ _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
-def read_servers(r: Reader, raw: Any) -> dict[str, ServerSpec]:
-    """Every server entry; also tells `r` the server names and prefixes, which tool names
-    elsewhere in the file are checked against."""
+def read_servers(
+    r: Reader,
+    raw: Any,
+    inherited: Mapping[str, ServerSpec],
+    replaced: frozenset[str] = frozenset(),
+) -> dict[str, ServerSpec]:
+    """Every server entry, after the `inherited` ones from included files (an entry of the
+    same name replaces one whole); also tells `r` the server names and prefixes, which tool
+    names elsewhere in the file are checked against. Of a server in `replaced` (a file that
+    includes this one has its own entry for it) only the prefix is read."""
+    if raw is None and inherited:
+        raw = {}
     r.expect(raw, dict, "servers")
-    if not raw:
+    if not raw and not inherited:
         raise r.error("servers", "no servers are defined", "Add at least one server.")
-    r.server_names = tuple(raw)
-    specs = {name: _server(r, name, spec, f"servers.{name}") for name, spec in raw.items()}
+    r.server_names = tuple({**inherited, **raw})
+    own = {
+        name: _replaced_server(r, name, spec) if name in replaced else _server(r, name, spec)
+        for name, spec in raw.items()
+    }
+    for name, spec in own.items():
+        if name in inherited and spec.exposed_prefix != inherited[name].exposed_prefix:
+            raise _reprefixed(r, inherited[name], spec)
+    specs = {**inherited, **own}
     r.prefixes = {}
     for spec in specs.values():
         other = r.prefixes.setdefault(spec.exposed_prefix, spec.name)
         if other != spec.name:
             raise _clash(r, specs[other], spec)
     return specs
+
+
+def _reprefixed(r: Reader, included: ServerSpec, spec: ServerSpec) -> RegistryError:
+    """A local entry that would rename the tools an included file's entries are written for."""
+    where = f"servers.{spec.name}" + (".prefix" if spec.prefix is not None else "")
+    problem = (
+        f"this entry replaces server '{spec.name}' of an included registry, whose tool "
+        f"entries name its tools {exposed_name(included.exposed_prefix, '<tool>')}, and it "
+        f"would expose them as {exposed_name(spec.exposed_prefix, '<tool>')}"
+    )
+    if included.prefix is None:
+        fix = "Remove prefix: here (an included server keeps its prefix)."
+    else:
+        fix = f'Write prefix: "{included.prefix}" here (an included server keeps its prefix).'
+    return r.error(where, problem, fix)
 
 
 def _clash(r: Reader, first: ServerSpec, second: ServerSpec) -> RegistryError:
@@ -52,7 +85,23 @@ def _clash(r: Reader, first: ServerSpec, second: ServerSpec) -> RegistryError:
     return r.error(where, problem, "Give one of them a different prefix:.")
 
 
-def _server(r: Reader, name: str, raw: Any, key: str) -> ServerSpec:
+def _replaced_server(r: Reader, name: str, raw: Any) -> ServerSpec:
+    """A stand-in for an entry the including file replaces: its name and prefix only."""
+    key = f"servers.{name}"
+    prefix = r.optional(r.expect(raw, dict, key), "prefix", key, lambda v, k: _prefix(r, v, k))
+    return ServerSpec(
+        name=name,
+        command="",
+        args=(),
+        env={},
+        cwd=r.base,
+        line=line_of(r.lines, key),
+        prefix=prefix,
+    )
+
+
+def _server(r: Reader, name: str, raw: Any) -> ServerSpec:
+    key = f"servers.{name}"
     r.expanded = {}
     _check_name(r, name, key, "server name", "Rename the server.", "Rename the server")
     raw = r.mapping(raw, key, keys.SERVER)
