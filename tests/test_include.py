@@ -89,7 +89,7 @@ def test_local_entries_win_and_lists_come_after_the_included(tmp_path: Path):
 
 
 def test_a_replaced_server_needs_none_of_the_included_entrys_variables(tmp_path: Path):
-    text = "include: builtin:sqlite\nservers:\n  sqlite: {command: uvx, args: [mcp-server-sqlite]}\n"
+    text = "include: builtin:sqlite\nservers:\n  sqlite: {command: uvx, args: [mcp-server-sqlite]}"
     registry = load_registry(write(tmp_path, text), {})  # neither COMPENSATOR_ variable set
     assert registry.servers["sqlite"].args == ("mcp-server-sqlite",)
     with pytest.raises(RegistryError, match="COMPENSATOR_SERVERS is not set"):

@@ -457,7 +457,8 @@ def test_unknown_keys_everywhere(
 
 def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     error = load_error(tmp_path, HEAD + "zzz: 1\n", "zzz", "zzz", {})
-    assert "Allowed keys: include, servers, defaults, checkpoints, state, reset, tools." in str(error)
+    allowed = "include, servers, defaults, checkpoints, state, reset, tools"
+    assert f"Allowed keys: {allowed}." in str(error)
 
 
 # -- types and required keys -------------------------------------------------------------

@@ -173,9 +173,8 @@ def _included_file(r: Reader, item: Any, key: str) -> Path:
         fallback = f"Shipped registries: {', '.join(BUILTIN + n for n in known)}."
         fix = did_you_mean(name, known, fallback, prefix=BUILTIN)
         raise r.error(key, f"there is no shipped registry '{name}'", fix)
-    with resources.as_file(
-        resources.files("compensator").joinpath("registries", f"{name}.yaml")
-    ) as file:
+    shipped = resources.files("compensator").joinpath("registries").joinpath(f"{name}.yaml")
+    with resources.as_file(shipped) as file:  # the file itself, for an installed package
         return Path(file)
 
 
