@@ -135,9 +135,7 @@ async def test_commit_and_new_branch_stay_and_are_reported(proxy, servers, workd
 
 
 @pytest.mark.anyio
-async def test_a_partly_staged_file_is_refused_not_restored_wrongly(
-    proxy, servers, workdir: Path
-):
+async def test_a_partly_staged_file_is_refused_not_restored_wrongly(proxy, servers, workdir: Path):
     repo = workdir / "repo"
     async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
         await client.call_ok("git_add", {"repo_path": ".", "files": ["a.txt"]})
