@@ -175,6 +175,27 @@ def test_regex_with_literal_pattern() -> None:
     assert expr(r"regex(args.text, 'n=(\d+)')").evaluate({"args": {"text": "n=5"}}) == "5"
 
 
+@pytest.mark.parametrize(
+    ("text", "pattern", "expected"),
+    [
+        (
+            "\tmodified: a.txt\n\tnew file: b c.txt\n",
+            r"(?m)^\t[a-z ]+: (.+)$",
+            ["a.txt", "b c.txt"],
+        ),
+        ("a1 b2", r"[a-z]\d", ["a1", "b2"]),
+        ("a1 b2", r"([a-z])(\d)", ["a", "b"]),
+        ("nothing here", r"id=(\d+)", []),
+        (None, r"id=(\d+)", None),
+    ],
+)
+def test_regex_all(text: str | None, pattern: str, expected: list[str] | None) -> None:
+    found = expr("regex_all(args.text, args.pattern)").evaluate(
+        {"args": {"text": text, "pattern": pattern}}
+    )
+    assert found == expected
+
+
 def test_to_json_is_compact_and_sorted() -> None:
     value = expr("to_json(args)").evaluate({"args": {"b": [1, 2], "a": "x"}})
     assert value == '{"a":"x","b":[1,2]}'

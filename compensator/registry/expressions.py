@@ -68,6 +68,14 @@ class _Functions(jfun.Functions):
             return None
         return match.group(1) if match.re.groups else match.group(0)
 
+    @jfun.signature({"types": ["string", "null"]}, {"types": ["string"]})
+    def _func_regex_all(self, text: str | None, pattern: str) -> list[str] | None:
+        """Every match of `pattern` in `text`, left to right, each as `regex` gives it (the
+        first capture group, else the whole match): a list of the file names in a listing."""
+        if text is None:
+            return None
+        return [m.group(1) if m.re.groups else m.group(0) for m in re.finditer(pattern, text)]
+
     @jfun.signature({"types": []})
     def _func_to_json(self, value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,155 @@
+"""examples/registries/git.yaml against the real mcp-server-git (from PyPI), checked with git."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import REGISTRIES, third_party_servers
+from .test_plugin import run_quick
+
+REGISTRY = REGISTRIES / "git.yaml"
+BINARY = "git/bin/mcp-server-git"
+
+# git_add's second inverse step: add again what was staged before the call.
+READD_STEP = "      - tool: git_add\n        args:\n          repo_path:"
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = third_party_servers(BINARY)
+    monkeypatch.setenv("COMPENSATOR_SERVERS", str(root))
+    return root
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def repo_state(repo: Path) -> dict[str, str]:
+    """What undo must restore, read by plain git: the branches and tags with their commits,
+    HEAD (symbolic or detached), the index entries, the status and the work tree's files."""
+    files = sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts)
+    return {
+        "refs": git(repo, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "head": git(repo, "rev-parse", "--symbolic-full-name", "HEAD")
+        + git(repo, "rev-parse", "HEAD"),
+        "index": git(repo, "ls-files", "--stage"),
+        "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all"),
+        "files": "".join(f"{p.relative_to(repo)}: {p.read_text()!r}\n" for p in files),
+    }
+
+
+def without_readd(folder: Path) -> Path:
+    """The registry with git_add's re-add step removed: undo unstages what was staged before."""
+    text = REGISTRY.read_text()
+    start = text.index(READD_STEP, text.index("\n  git_add:\n"))
+    end = text.index("    test:\n", start)
+    path = folder / "git_no_readd.yaml"
+    path.write_text(text[:start] + text[end:])
+    return path
+
+
+@pytest.mark.thorough
+def test_git_registry_passes(pytester: pytest.Pytester, servers: Path):
+    result = run_quick(pytester, REGISTRY, "--compensator-examples", "5")
+    result.assert_outcomes(passed=5)
+    out = result.stdout.str()
+    assert "left out: git_commit (irreversible)" in out
+    assert "left out: git_create_branch (irreversible)" in out
+    assert "roundtrip[git_checkout]" not in out  # no failure named it
+
+
+@pytest.mark.thorough
+def test_git_registry_without_readd_fails_naming_the_tool(pytester: pytest.Pytester, servers):
+    config = without_readd(pytester.path)
+    result = run_quick(pytester, config, "-k", "roundtrip and git_add")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "roundtrip[git_add]" in out
+    assert "did not restore the state at the checkpoint" in out
+    assert "tools undone: git_add" in out
+
+
+@pytest.mark.anyio
+async def test_undo_restores_branch_head_index_and_work_tree(proxy, servers, workdir: Path):
+    repo = workdir / "repo"
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        # The server's wrapper made the sample repository on start-up.
+        before = repo_state(repo)
+        assert "refs/heads/feature" in before["refs"] and "refs/tags/v1" in before["refs"]
+        assert before["head"].startswith("refs/heads/main\n")
+        assert before["status"] == " M a.txt\n D d.txt\nA  s.txt\n?? n.txt\n"
+
+        checkpoint = await client.checkpoint()
+        await client.call_ok("git_add", {"repo_path": ".", "files": ["a.txt", "n.txt"]})
+        await client.call_ok("git_checkout", {"repo_path": ".", "branch_name": "feature"})
+        await client.call_ok("git_reset", {"repo_path": "."})
+        await client.call_ok("git_add", {"repo_path": ".", "files": ["."]})
+        await client.call_ok("git_checkout", {"repo_path": ".", "branch_name": "v1"})
+        middle = repo_state(repo)
+        assert middle["head"].startswith("HEAD\n")  # detached at v1
+        assert middle["status"] == "M  a.txt\nD  d.txt\nA  n.txt\nA  s.txt\n"
+
+        report = await client.undo_to(checkpoint)
+
+        assert report["skipped"] == []
+        assert len(report["undone"]) == 5
+        assert repo_state(repo) == before
+
+
+@pytest.mark.anyio
+async def test_commit_and_new_branch_stay_and_are_reported(proxy, servers, workdir: Path):
+    repo = workdir / "repo"
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        main_before = git(repo, "rev-parse", "main").strip()
+        checkpoint = await client.checkpoint()
+        await client.call_ok("git_create_branch", {"repo_path": ".", "branch_name": "topic"})
+        await client.call_ok("git_add", {"repo_path": ".", "files": ["a.txt"]})
+        committed = await client.call_ok("git_commit", {"repo_path": ".", "message": "agent's"})
+        assert committed.startswith("Changes committed successfully with hash")
+
+        report = await client.undo_to(checkpoint)
+
+        skipped = {change["tool"]: change["reason"] for change in report["skipped"]}
+        assert sorted(skipped) == ["git_commit", "git_create_branch"]
+        assert all("irreversible" in reason for reason in skipped.values())
+        assert [change["tool"] for change in report["undone"]] == ["git_add"]
+    # Honestly left: the commit on main (its parent the old head) and the branch.
+    assert git(repo, "rev-parse", "main~1").strip() == main_before
+    assert git(repo, "rev-parse", "topic").strip() == main_before
+    assert git(repo, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+    # Undoing git_add reset the index to the new HEAD, which holds what was staged.
+    assert git(repo, "status", "--porcelain=v1") == " D d.txt\n?? n.txt\n"  # s.txt committed
+
+
+@pytest.mark.anyio
+async def test_a_partly_staged_file_is_refused_not_restored_wrongly(proxy, servers, workdir: Path):
+    repo = workdir / "repo"
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        await client.call_ok("git_add", {"repo_path": ".", "files": ["a.txt"]})
+        (repo / "a.txt").write_text("edited after staging\n")  # someone else, by hand
+        staged = git(repo, "ls-files", "--stage", "a.txt")
+        checkpoint = await client.checkpoint()
+        await client.call_ok("git_reset", {"repo_path": "."})
+        unstaged = git(repo, "ls-files", "--stage", "a.txt")
+        assert unstaged != staged
+
+        report = await client.undo_to(checkpoint)
+
+        [skipped] = report["skipped"]
+        assert skipped["tool"] == "git_reset"
+        assert "also had unstaged changes" in skipped["reason"]
+        # Nothing was staged in its place: the index is as the reset left it.
+        assert git(repo, "ls-files", "--stage", "a.txt") == unstaged
