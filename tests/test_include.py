@@ -3,6 +3,7 @@ the including one, with every mistake named in the file where it is written."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,9 +193,13 @@ def test_check_names_the_included_file_of_a_finding(tmp_path: Path):
 def test_a_registry_of_one_include_passes_the_plugin_from_an_empty_folder(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setenv("COMPENSATOR_SERVERS", str(third_party_servers("sqlite")))
+    monkeypatch.setenv("COMPENSATOR_SERVERS", str(third_party_servers("git/bin/mcp-server-git")))
     config = pytester.path / "mine.yaml"
-    config.write_text("include: builtin:sqlite\n")
+    config.write_text("include: builtin:git\n")
     result = run_quick(pytester, config, "--compensator-examples", "5")
-    result.assert_outcomes(passed=4)
-    assert "left out: sqlite__append_insight (irreversible)" in result.stdout.str()
+    result.assert_outcomes(passed=5)
+    out = result.stdout.str()
+    assert "left out: git_commit (irreversible)" in out
+    for tool in ("git_add", "git_reset", "git_checkout"):  # the included entries were proven
+        row = re.search(rf"^{tool} +\d+ +\d+ +\d+ +(\d+) +0$", out, re.M)
+        assert row is not None and int(row[1]) > 0, out
