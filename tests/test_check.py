@@ -27,7 +27,7 @@ from compensator.registry.lint import (
     unknown_reads,
 )
 
-from .conftest import EXAMPLES, SERVERS
+from .conftest import EXAMPLES, REGISTRIES, SERVERS, third_party_servers
 
 SCHEMA = {
     "type": "object",
@@ -424,3 +424,19 @@ def test_help_names_the_check_command():
     )
     assert check_help.returncode == 0
     assert "--json" in check_help.stdout and "inputSchema" in check_help.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "needs"),
+    [
+        ("filesystem", "npm/node_modules/@modelcontextprotocol/server-filesystem"),
+        ("git", "git/bin/mcp-server-git"),
+        ("sqlite", "sqlite/bin/mcp-server-sqlite"),
+    ],
+)
+def test_check_is_clean_on_a_shipped_registry(tmp_path: Path, name: str, needs: str):
+    """Every tool the real server offers is classified, and every template fits its schema."""
+    root = third_party_servers(needs, node=name == "filesystem")
+    env = {"COMPENSATOR_SERVERS": str(root), "COMPENSATOR_WORKDIR": str(tmp_path)}
+    document = check_json(REGISTRIES / f"{name}.yaml", code=0, env=env)
+    assert (document["errors"], document["warnings"]) == (0, 0), document["findings"]
