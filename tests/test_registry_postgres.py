@@ -31,7 +31,7 @@ TRICKY_TABLE = (
 TRICKY_ROWS = (
     "INSERT INTO tricky (id, d, ts, tsl, n, f, j, js, tags, ok, note, raw, span) VALUES"
     " (1, '2024-02-29', '2024-03-10 01:59:59.999999-05', '0044-03-15 12:00:00.000001 BC',"
-    "  12.300, 0.1, '{\"a\": [1, 2.50, null], \"b\": \"it''s\"}', '{\"k\":  1 , \"k\": 2}',"
+    '  12.300, 0.1, \'{"a": [1, 2.50, null], "b": "it\'\'s"}\', \'{"k":  1 , "k": 2}\','
     "  ARRAY['x', 'it''s', NULL, 'back\\slash', '\"q\"', ''], true,"
     "  E'tab\\there\\nnew ''q'' \"dq\" \\\\ \\u00e9 $$ ;', '\\x00ff27', '1 mon 2 days 03:04:05.5'),"
     " (2, 'infinity', NULL, NULL, -0.001, 'NaN', '[]', 'null', '{}', false, '', '\\x', '-1 day'),"
