@@ -31,6 +31,7 @@ ENVIRON = {
     "COMPENSATOR_PYTHON": "/usr/bin/python3",
     "COMPENSATOR_WORKDIR": "/tmp/fuzz-work",
     "COMPENSATOR_SERVERS": "/tmp/fuzz-servers",
+    "COMPENSATOR_POSTGRES_URL": "postgresql:///fuzz",
     "TOKEN": SECRET,
     "EMPTY": "",
 }

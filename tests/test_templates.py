@@ -391,6 +391,41 @@ def test_sql_literal_refuses_arrays_and_objects() -> None:
         expr("sql_literal(args.v)").evaluate({"args": {"v": {"a": 1}}})
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "NULL"),
+        (True, "TRUE"),
+        (False, "FALSE"),
+        (-7, "-7"),
+        (0.1, "0.1"),
+        (float("inf"), "'Infinity'::float8"),
+        (float("-inf"), "'-Infinity'::float8"),
+        (float("nan"), "'NaN'::float8"),
+        ("it's", "E'it''s'"),
+        ("", "E''"),
+        ('a\\b "c"\n', "E'a\\\\b \"c\"\n'"),
+        ('[{"s":"it\'s \\"q\\""}]', 'E\'[{"s":"it\'\'s \\\\"q\\\\""}]\''),
+    ],
+)
+def test_pg_literal(value: object, expected: str) -> None:
+    assert expr("pg_literal(args.v)").evaluate({"args": {"v": value}}) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("a\0b", "PostgreSQL text cannot hold a NUL character"),
+        (b"\x00", "a bytes value is not a PostgreSQL literal"),
+        ([1], "an array or object is not a PostgreSQL literal"),
+        ({"a": 1}, "an array or object is not a PostgreSQL literal"),
+    ],
+)
+def test_pg_literal_refuses_what_postgresql_cannot_read(value: object, complaint: str) -> None:
+    with pytest.raises(ExpressionError, match=complaint):
+        expr("pg_literal(args.v)").evaluate({"args": {"v": value}})
+
+
 def test_sql_identifier_quotes_and_doubles_quotes() -> None:
     assert expr("sql_identifier(args.n)").evaluate({"args": {"n": 'my "t"'}}) == '"my ""t"""'
 

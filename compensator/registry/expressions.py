@@ -111,6 +111,15 @@ class _Functions(jfun.Functions):
         bytes. Arrays and objects are an error."""
         return _sql_literal(value)
 
+    @jfun.signature({"types": []})
+    def _func_pg_literal(self, value: Any) -> str:
+        """`value` written as a PostgreSQL literal that reads the same whatever
+        standard_conforming_strings says: NULL, TRUE/FALSE, numbers as Python's repr writes
+        them (non-finite floats as 'NaN'/'Infinity'/'-Infinity'::float8), text as E'...' with
+        backslashes and quotes doubled. NUL characters (PostgreSQL text cannot hold them),
+        bytes, arrays and objects are an error."""
+        return _pg_literal(value)
+
     @jfun.signature({"types": ["string"]})
     def _func_sql_identifier(self, name: str) -> str:
         """`name` as a quoted SQL identifier: `"name"`, with `"` doubled."""
@@ -166,6 +175,26 @@ def _sql_literal(value: Any) -> str:
         return "X'" + bytes(value).hex().upper() + "'"
     kind = "array" if isinstance(value, list) else "object"
     raise jexc.JMESPathError(f"sql_literal(): an {kind} is not an SQL value")
+
+
+def _pg_literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return repr(value)
+        word = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return f"'{word}'::float8"
+    if isinstance(value, str):
+        if "\0" in value:
+            raise jexc.JMESPathError("pg_literal(): PostgreSQL text cannot hold a NUL character")
+        return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+    kind = "a bytes value" if isinstance(value, (bytes, bytearray)) else "an array or object"
+    raise jexc.JMESPathError(f"pg_literal(): {kind} is not a PostgreSQL literal")
 
 
 _OPTIONS = jmespath.Options(custom_functions=_Functions())
