@@ -20,7 +20,11 @@ from .test_plugin import run_quick
 from .test_registry import load_error, write
 
 SHIPPED = REGISTRIES.resolve()
-ENV = {"COMPENSATOR_SERVERS": "/opt/servers", "COMPENSATOR_WORKDIR": "/work/dir"}
+ENV = {
+    "COMPENSATOR_SERVERS": "/opt/servers",
+    "COMPENSATOR_WORKDIR": "/work/dir",
+    "COMPENSATOR_POSTGRES_URL": "postgresql:///x",
+}
 
 TASKS = """\
 servers:
