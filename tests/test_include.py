@@ -56,10 +56,10 @@ def test_a_builtin_include_is_the_shipped_registry(tmp_path: Path, name: str):
     assert including.servers == shipped.servers
     assert including.tools == shipped.tools
     assert (including.state, including.reset) == (shipped.state, shipped.reset)
-    assert set(including.origins.values()) == {SHIPPED / f"{name}.yaml"}
-    assert set(including.origins) == {f"tools.{t}" for t in shipped.tools} | {
-        f"servers.{s}" for s in shipped.servers
-    }
+    keys = [f"servers.{s}" for s in shipped.servers] + [f"tools.{t}" for t in shipped.tools]
+    keys += [f"state[{i}]" for i in range(len(shipped.state))]
+    keys += [f"reset[{i}]" for i in range(len(shipped.reset))]
+    assert dict(including.origins) == {key: (SHIPPED / f"{name}.yaml", key) for key in keys}
     assert including.path == tmp_path / "compensators.yaml"
 
 
@@ -87,9 +87,13 @@ def test_local_entries_win_and_lists_come_after_the_included(tmp_path: Path):
     assert registry.tools["tasks__add"].classification is Classification.REVERSIBLE
     assert [probe.tool for probe in registry.state] == ["tasks__list", "notes__list"]
     assert [call.tool for call in registry.reset] == ["tasks__reset"]
+    tasks = tmp_path / "tasks.yaml"
     assert dict(registry.origins) == {  # what this file replaces is its own
-        "tools.tasks__list": tmp_path / "tasks.yaml",
-        "tools.tasks__add": tmp_path / "tasks.yaml",
+        "tools.tasks__list": (tasks, "tools.tasks__list"),
+        "tools.tasks__add": (tasks, "tools.tasks__add"),
+        "state[0]": (tasks, "state[0]"),
+        "reset[0]": (tasks, "reset[0]"),
+        "state[1]": (config, "state[0]"),  # this file's own, after the included one
     }
 
 
@@ -106,7 +110,7 @@ def test_a_mistake_in_an_included_file_names_that_file_and_line(tmp_path: Path):
     config = write(tmp_path, "include: tasks.yaml\n")
     with pytest.raises(RegistryError) as info:
         load_registry(config, {})
-    assert (info.value.path, info.value.line) == (str(broken), 12)
+    assert (info.value.path, info.value.line) == (str(broken.resolve()), 12)
     assert info.value.key == "tools.tasks__add.classification"
     assert "Did you mean 'reversible'?" in str(info.value)
 
@@ -132,7 +136,15 @@ def test_a_mistake_in_an_included_file_names_that_file_and_line(tmp_path: Path):
             "include",
             "builtin:sqlite is included twice. Remove one of them.",
         ),
-        ("include: {a: 1}\n", "include", "include", "expected a list, got a mapping"),
+        ("include: {a: 1}\n", "include", "include", "expected a string or a list, got a mapping"),
+        ("include: []\n", "servers", "include", "missing required key. Add 'servers:'"),
+        (
+            "include: [nowhere.yaml]\n",
+            "include[0]",
+            "include",
+            "nowhere.yaml is not a file (",
+        ),
+        ("include: ''\n", "include", "include", "the empty path is not a file"),
         (
             "include: builtin:sqlite\nservers:\n  sqlite:\n    command: x\n    prefix: db\n",
             "servers.sqlite.prefix",
@@ -161,6 +173,29 @@ def test_two_included_files_may_not_bring_the_same_server(tmp_path: Path):
     assert "server 'tasks' comes from both a.yaml and b.yaml" in str(error)
 
 
+def test_the_same_file_spelt_twice_is_included_twice(tmp_path: Path):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub", TASKS, "x.yaml")
+    text = "include:\n  - sub/x.yaml\n  - ./sub/../sub/x.yaml\n"
+    error = load_error(tmp_path, text, "include[1]", "./sub")
+    assert "./sub/../sub/x.yaml is included twice (as sub/x.yaml)" in str(error)
+
+
+def test_clashing_prefixes_of_two_included_files_name_both(tmp_path: Path):
+    write(tmp_path, TASKS, "a.yaml")
+    write(tmp_path, "servers:\n  notes: {command: /bin/notes, prefix: tasks}\n", "b.yaml")
+    error = load_error(tmp_path, "include: [a.yaml, b.yaml]\n", "include[1]", "include")
+    assert "server 'notes' of b.yaml and server 'tasks' of a.yaml would both expose" in str(error)
+
+
+def test_a_cycle_through_a_parent_folder_is_refused(tmp_path: Path):
+    for folder, name, other in (("a", "x.yaml", "../b/y.yaml"), ("b", "y.yaml", "../a/x.yaml")):
+        (tmp_path / folder).mkdir()
+        write(tmp_path / folder, f"include: {other}\n", name)
+    with pytest.raises(RegistryError, match=r"the include makes a cycle \(x.yaml -> y.yaml"):
+        load_registry(tmp_path / "a" / "x.yaml", {})
+
+
 def test_an_include_cycle_is_refused_where_it_leads_back(tmp_path: Path):
     other = write(tmp_path, "include: compensators.yaml\n", "other.yaml")
     with pytest.raises(RegistryError) as info:
@@ -170,17 +205,19 @@ def test_an_include_cycle_is_refused_where_it_leads_back(tmp_path: Path):
 
 
 def test_check_names_the_included_file_of_a_finding(tmp_path: Path):
-    """`compensator check` against the real example server, with the entries in an included
-    file: the finding about a misspelt tool points into that file."""
+    """`compensator check` against the real example server, with entries in an included
+    file: a finding about a misspelt tool or state probe points into that file, and one
+    about this file's own state probe (numbered after the included ones) into this one."""
     tasks = (REGISTRIES.parent / "tasks_server.py").resolve()
     write(
         tmp_path,
         f"servers:\n  tasks:\n    command: {sys.executable}\n    args: [{tasks}, --db, t.db]\n"
+        "state:\n  - tool: tasks__list_tasks\n  - tool: tasks__get_tsk\n"
         "tools:\n  tasks__list_tasks: {classification: read}\n"
         "  tasks__add_tsk: {classification: read}\n",
         "base.yaml",
     )
-    config = write(tmp_path, "include: base.yaml\n")
+    config = write(tmp_path, "include: base.yaml\nstate:\n  - tool: tasks__lst_tasks\n")
     result = subprocess.run(
         [sys.executable, "-m", "compensator", "check", "--config", str(config)],
         capture_output=True,
@@ -190,7 +227,10 @@ def test_check_names_the_included_file_of_a_finding(tmp_path: Path):
     )
     assert result.returncode == 1, result.stdout + result.stderr
     shown = " ".join(result.stdout.split())  # the table wraps long lines
-    assert f"tools.tasks__add_tsk ({tmp_path / 'base.yaml'}, line 7): " in shown
+    base = tmp_path / "base.yaml"
+    assert f"tools.tasks__add_tsk ({base}, line 10): " in shown
+    assert f"state[1].tool ({base}, line 7): " in shown
+    assert "state[2].tool (line 3): " in shown
 
 
 @pytest.mark.thorough

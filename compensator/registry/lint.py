@@ -344,10 +344,10 @@ def _unregistered(registry: Registry, live: LiveView) -> Iterator[Finding]:
 
 
 def locate(
-    findings: Iterable[Finding], path: Path, origins: Mapping[str, Path] | None = None
+    findings: Iterable[Finding], path: Path, origins: Mapping[str, tuple[Path, str]] | None = None
 ) -> list[Finding]:
-    """The findings with the line of their key in `path`, or, for a key within an entry an
-    included file holds (`origins`, see Registry), in that file; errors first, then in file
+    """The findings with the line of their key in `path`, or, for a key within an entry
+    written elsewhere (`origins`, see Registry), in that file; errors first, then in file
     order."""
     cache: dict[Path, dict[str, int]] = {}
 
@@ -361,20 +361,24 @@ def locate(
 
     located = []
     for finding in findings:
-        origin = _origin(finding.key or "", origins or {})
-        lines = lines_of(origin or path)
+        file, key = _written_at(finding.key or "", origins or {})
+        lines = lines_of(file or path)
         if finding.key and lines:
-            finding = replace(finding, line=line_of(lines, finding.key))
-        if origin is not None:
-            finding = replace(finding, file=str(origin))
+            finding = replace(finding, line=line_of(lines, key))
+        if file is not None and file != path:
+            finding = replace(finding, file=str(file))
         located.append(finding)
     return sorted(located, key=_order)
 
 
-def _origin(key: str, origins: Mapping[str, Path]) -> Path | None:
-    """The included file the entry holding `key` (`tools.NAME...`, `servers.NAME...`) is in."""
-    found = [entry for entry in origins if key == entry or key.startswith(f"{entry}.")]
-    return origins[max(found, key=len)] if found else None
+def _written_at(key: str, origins: Mapping[str, tuple[Path, str]]) -> tuple[Path | None, str]:
+    """The file and key there of the entry holding `key` (None: this file, as it is)."""
+    found = [e for e in origins if key == e or key.startswith((f"{e}.", f"{e}["))]
+    if not found:
+        return None, key
+    entry = max(found, key=len)
+    file, own = origins[entry]
+    return file, own + key[len(entry) :]
 
 
 def summary(findings: Iterable[Finding]) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from .model import (
     ToolPolicy,
 )
 from .policies import check_verify_reads, read_tools
-from .reader import Reader
+from .reader import Reader, describe
 from .servers import read_servers
 from .yamlnodes import line_of, load_with_lines
 
@@ -70,28 +70,33 @@ def parse_registry(
     environ = os.environ if environ is None else environ
     reader = Reader(Path(path), lines, environ)
     top = reader.mapping({} if data is None else data, "", keys.TOP)
-    chain = (*_including, Path(path).absolute())
+    chain = (*_including, Path(path).resolve())
     own = top.get("servers")
     replaced = _replaced | (frozenset(own) if isinstance(own, dict) else frozenset())
-    base = _include(reader, top.get("include"), environ, chain, replaced)
-    if base is None and "servers" not in top:
+    base = _include(reader, top.get("include"), environ, chain, replaced) or _Included()
+    if not base.servers and "servers" not in top:
         fix = "Add 'servers:' naming the servers to start, or 'include: builtin:NAME'."
         raise reader.error("servers", "missing required key", fix)
     # first: tool names are checked against the servers
-    servers = read_servers(reader, own, base.servers if base else {}, _replaced)
+    servers = read_servers(reader, own, base.servers, _replaced)
     defaults = _defaults(reader, top.get("defaults"))
     local = read_tools(reader, top.get("tools"), defaults)
-    tools = {**(base.tools if base else {}), **local}
+    tools = {**base.tools, **local}
     check_verify_reads(reader, tools)
+    state = _calls(reader, top.get("state"), "state", _probe)
+    reset = _calls(reader, top.get("reset"), "reset", _reset)
     mine = {f"tools.{name}" for name in local} | {f"servers.{name}" for name in own or {}}
-    origins = {k: f for k, f in (base.origins if base else {}).items() if k not in mine}
+    origins = {k: where for k, where in base.origins.items() if k not in mine}
+    for section, calls, before in (("state", state, base.state), ("reset", reset, base.reset)):
+        for index in range(len(calls) if before else 0):  # this file's, after the included
+            origins[f"{section}[{len(before) + index}]"] = (reader.path, f"{section}[{index}]")
     return Registry(
         path=reader.path,
         servers=MappingProxyType(servers),
-        state=(*(base.state if base else ()), *_calls(reader, top.get("state"), "state", _probe)),
+        state=(*base.state, *state),
         tools=MappingProxyType(tools),
         defaults=defaults,
-        reset=(*(base.reset if base else ()), *_calls(reader, top.get("reset"), "reset", _reset)),
+        reset=(*base.reset, *reset),
         checkpoints=_checkpoints(reader, top.get("checkpoints")),
         origins=MappingProxyType(origins),
     )
@@ -103,12 +108,33 @@ class _Included:
 
     servers: dict[str, ServerSpec] = field(default_factory=dict)
     tools: dict[str, ToolPolicy] = field(default_factory=dict)
-    origins: dict[str, Path] = field(default_factory=dict)
-    """`tools.NAME` or `servers.NAME` -> the file that entry is written in."""
+    origins: dict[str, tuple[Path, str]] = field(default_factory=dict)
+    """As Registry.origins."""
     state: list[StateProbe] = field(default_factory=list)
     reset: list[ResetCall] = field(default_factory=list)
     server_from: dict[str, str] = field(default_factory=dict)
     """Server name -> the `include:` item that brought it."""
+    files: dict[Path, str] = field(default_factory=dict)
+    """Each included file (resolved) -> the `include:` item that named it."""
+
+    def add(self, registry: Registry) -> None:
+        for key in [f"servers.{name}" for name in registry.servers] + [
+            f"tools.{name}" for name in registry.tools
+        ]:
+            self.origins[key] = registry.origins.get(key, (registry.path, key))
+        self.servers.update(registry.servers)
+        self.tools.update(registry.tools)
+        self._renumber(registry, "state", len(self.state), len(registry.state))
+        self._renumber(registry, "reset", len(self.reset), len(registry.reset))
+        self.state.extend(registry.state)
+        self.reset.extend(registry.reset)
+
+    def _renumber(self, registry: Registry, section: str, before: int, count: int) -> None:
+        """The included file's `section[i]` become `section[before + i]` here."""
+        for index in range(count):
+            own = f"{section}[{index}]"
+            where = registry.origins.get(own, (registry.path, own))
+            self.origins[f"{section}[{before + index}]"] = where
 
 
 def builtin_names() -> list[str]:
@@ -129,44 +155,55 @@ def _include(
     if raw is None:
         return None
     single = isinstance(raw, str)
-    items = [raw] if single else r.expect(raw, list, "include")
+    if not single and not isinstance(raw, list):
+        fix = "Write include: builtin:NAME, a path, or a list of them."
+        raise r.error("include", f"expected a string or a list, got {describe(raw)}", fix)
     merged = _Included()
-    for index, item in enumerate(items):
+    for index, item in enumerate([raw] if single else raw):
         key = "include" if single else f"include[{index}]"
         file = _included_file(r, item, key)
-        if file.absolute() in chain:
+        if file in chain:
             cycle = " -> ".join(p.name for p in (*chain, file))
             problem = f"the include makes a cycle ({cycle})"
             raise r.error(key, problem, "Remove the include that leads back.")
+        if file in merged.files:
+            first = merged.files[file]
+            problem = f"{item} is included twice" + ("" if first == item else f" (as {first})")
+            raise r.error(key, problem, "Remove one of them.")
+        merged.files[file] = item
         registry = load_registry(file, environ, _including=chain, _replaced=replaced)
+        prefixes = {spec.exposed_prefix: spec.name for spec in merged.servers.values()}
         for name, spec in registry.servers.items():
             if name in merged.servers:
-                first = merged.server_from[name]
-                if first == item:
-                    raise r.error(key, f"{item} is included twice", "Remove one of them.")
-                problem = f"server '{name}' comes from both {first} and {item}"
+                problem = f"server '{name}' comes from both {merged.server_from[name]} and {item}"
                 fix = "Include only one of them, or rename the server in a copy of one."
                 raise r.error(key, problem, fix)
-            merged.servers[name] = spec
+            other = prefixes.get(spec.exposed_prefix)
+            if other is not None:
+                shown = f"'{spec.exposed_prefix}__...'" if spec.exposed_prefix else "unprefixed"
+                problem = (
+                    f"server '{name}' of {item} and server '{other}' of "
+                    f"{merged.server_from[other]} would both expose their tools {shown}"
+                )
+                fix = "Include only one of them, or change a prefix: in a copy of one."
+                raise r.error(key, problem, fix)
             merged.server_from[name] = item
-            merged.origins[f"servers.{name}"] = registry.origins.get(
-                f"servers.{name}", registry.path
-            )
-        for name, policy in registry.tools.items():
-            merged.tools[name] = policy
-            key = f"tools.{name}"
-            merged.origins[key] = registry.origins.get(key, registry.path)
-        merged.state.extend(registry.state)
-        merged.reset.extend(registry.reset)
+        merged.add(registry)
     return merged
 
 
 def _included_file(r: Reader, item: Any, key: str) -> Path:
-    """The file an `include:` item names: `builtin:NAME` or a path (relative to this file)."""
+    """The file an `include:` item names, resolved: `builtin:NAME` or a path (relative to
+    this file's folder)."""
     text = r.expand(item, key).strip()
     if not text.startswith(BUILTIN):
         path = Path(text).expanduser()
-        return path if path.is_absolute() else r.base / path
+        path = (path if path.is_absolute() else r.base / path).resolve()
+        if not path.is_file():
+            problem = f"{text or 'the empty path'} is not a file ({path})"
+            fix = "Check the path: a relative one is taken from the folder of this file."
+            raise r.error(key, problem, fix)
+        return path
     name = text[len(BUILTIN) :]
     known = builtin_names()
     if name not in known:
@@ -174,8 +211,9 @@ def _included_file(r: Reader, item: Any, key: str) -> Path:
         fix = did_you_mean(name, known, fallback, prefix=BUILTIN)
         raise r.error(key, f"there is no shipped registry '{name}'", fix)
     shipped = resources.files("compensator").joinpath("registries").joinpath(f"{name}.yaml")
-    with resources.as_file(shipped) as file:  # the file itself, for an installed package
-        return Path(file)
+    # The package is installed as files (setuptools, not a zip), so this path stays valid.
+    with resources.as_file(shipped) as file:
+        return Path(file).resolve()
 
 
 def _unreadable(file: Path, problem: str, fix: str) -> RegistryError:

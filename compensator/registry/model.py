@@ -172,9 +172,11 @@ class Registry:
     defaults: Defaults
     reset: tuple[ResetCall, ...] = ()
     checkpoints: AutoCheckpoints = field(default_factory=AutoCheckpoints)
-    origins: Mapping[str, Path] = field(default_factory=dict)
-    """`tools.NAME` or `servers.NAME` -> the file that entry is written in, for the entries
-    taken from `include:` files."""
+    origins: Mapping[str, tuple[Path, str]] = field(default_factory=dict)
+    """Where an entry is written when that is not its own key in this file: `tools.NAME`,
+    `servers.NAME`, `state[i]` or `reset[i]` -> (the file, the entry's key there); for
+    entries taken from `include:` files, and this file's state and reset calls that come
+    after included ones."""
 
     def policy(self, tool: str) -> ToolPolicy | None:
         """The policy for `tool` (as `server__tool`), or None when it has no entry."""
