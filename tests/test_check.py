@@ -26,6 +26,7 @@ from compensator.registry.lint import (
     unknown_arguments,
     unknown_reads,
 )
+from compensator.registry.loader import builtin_names
 
 from .conftest import EXAMPLES, REGISTRIES, SERVERS, third_party_servers
 
@@ -426,17 +427,26 @@ def test_help_names_the_check_command():
     assert "--json" in check_help.stdout and "inputSchema" in check_help.stdout
 
 
-@pytest.mark.parametrize(
-    ("name", "needs"),
-    [
-        ("filesystem", "npm/node_modules/@modelcontextprotocol/server-filesystem"),
-        ("git", "git/bin/mcp-server-git"),
-        ("sqlite", "sqlite/bin/mcp-server-sqlite"),
-    ],
-)
-def test_check_is_clean_on_a_shipped_registry(tmp_path: Path, name: str, needs: str):
+SHIPPED_NEEDS = {
+    "filesystem": "npm/node_modules/@modelcontextprotocol/server-filesystem",
+    "git": "git/bin/mcp-server-git",
+    "postgres": "postgres/bin/postgres-mcp",
+    "sqlite": "sqlite/bin/mcp-server-sqlite",
+}
+
+
+def test_every_shipped_registry_is_checked():
+    assert sorted(SHIPPED_NEEDS) == builtin_names()
+
+
+@pytest.mark.parametrize(("name", "needs"), SHIPPED_NEEDS.items())
+def test_check_is_clean_on_a_shipped_registry(
+    tmp_path: Path, request: pytest.FixtureRequest, name: str, needs: str
+):
     """Every tool the real server offers is classified, and every template fits its schema."""
     root = third_party_servers(needs, node=name == "filesystem")
     env = {"COMPENSATOR_SERVERS": str(root), "COMPENSATOR_WORKDIR": str(tmp_path)}
+    if name == "postgres":
+        env["COMPENSATOR_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
     document = check_json(REGISTRIES / f"{name}.yaml", code=0, env=env)
     assert (document["errors"], document["warnings"]) == (0, 0), document["findings"]
