@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from compensator.errors import ExpressionError
+from compensator.errors import ExpressionError, RegistryError
+from compensator.registry import parse_registry
 from compensator.registry.expressions import (
     CONTEXT_NAMES,
     compile_expression,
@@ -327,9 +330,24 @@ def test_wrong_arity_is_caught_at_compile_time() -> None:
         expr("regex(args.text)")
 
 
-def test_bad_literal_regex_is_caught_at_compile_time() -> None:
-    with pytest.raises(ExpressionError, match="not a valid regular expression"):
-        expr("regex(args.text, '(')")
+@pytest.mark.parametrize("function", ["regex", "regex_all"])
+def test_bad_literal_regex_is_caught_at_compile_time(function: str) -> None:
+    with pytest.raises(ExpressionError, match=rf"{function}\(\) pattern is not a valid regular"):
+        expr(f"{function}(args.text, '(')")
+
+
+@pytest.mark.parametrize("function", ["regex", "regex_all"])
+def test_bad_literal_regex_is_a_registry_load_error(tmp_path: Path, function: str) -> None:
+    text = (
+        "servers:\n  s:\n    command: /bin/true\n"
+        "tools:\n  s__x:\n    classification: reversible\n"
+        "    inverse:\n      - tool: s__x\n"
+        f"        when: \"{function}(result, '(')\"\n"
+    )
+    with pytest.raises(RegistryError) as info:
+        parse_registry(text, tmp_path / "r.yaml", {})
+    assert "r.yaml:9: tools.s__x.inverse[0].when" in str(info.value)
+    assert f"{function}() pattern is not a valid regular expression" in str(info.value)
 
 
 def test_negation_precedence_trap_is_rejected() -> None:

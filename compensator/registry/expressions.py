@@ -421,17 +421,17 @@ def _check_call(node: dict[str, Any], shown: str, where: str) -> None:
         wanted = f"{'at least ' if variadic else ''}{len(signature)}"
         detail = f"{name}() takes {wanted} argument(s) but gets {count}"
         raise _error(shown, where, detail, "Fix the argument list")
-    if name == "regex":
-        _check_pattern(node["children"][1], shown, where)
+    if name in ("regex", "regex_all"):
+        _check_pattern(name, node["children"][1], shown, where)
 
 
-def _check_pattern(node: dict[str, Any], shown: str, where: str) -> None:
+def _check_pattern(name: str, node: dict[str, Any], shown: str, where: str) -> None:
     if node["type"] != "literal" or not isinstance(node["value"], str):
         return
     try:
         re.compile(node["value"])
     except re.error as exc:
-        detail = f"regex() pattern is not a valid regular expression ({exc})"
+        detail = f"{name}() pattern is not a valid regular expression ({exc})"
         raise _error(shown, where, detail, "Fix the pattern (Python `re` syntax)") from None
 
 
