@@ -199,6 +199,29 @@ def test_regex_all(text: str | None, pattern: str, expected: list[str] | None) -
     assert found == expected
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        (["a", "b", "c", "b"], ["c", "b", "x"], ["b", "c"]),  # first's order, each once
+        (["a"], ["b"], []),
+        ([], ["a"], []),
+        (None, ["a"], []),
+        (["a"], None, []),
+        ([1, "1", {"k": [1]}, True], ["1", {"k": [1]}, 1], [1, "1", {"k": [1]}]),
+    ],
+)
+def test_intersection(first: object, second: object, expected: list[object]) -> None:
+    found = expr("intersection(args.first, args.second)").evaluate(
+        {"args": {"first": first, "second": second}}
+    )
+    assert found == expected
+
+
+def test_intersection_refuses_what_is_not_a_list() -> None:
+    with pytest.raises(ExpressionError, match=r"intersection\(\) got string"):
+        expr("intersection(args.a, args.b)").evaluate({"args": {"a": "ab", "b": ["a"]}})
+
+
 def test_to_json_is_compact_and_sorted() -> None:
     value = expr("to_json(args)").evaluate({"args": {"b": [1, 2], "a": "x"}})
     assert value == '{"a":"x","b":[1,2]}'
