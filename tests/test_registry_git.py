@@ -153,3 +153,67 @@ async def test_a_partly_staged_file_is_refused_not_restored_wrongly(proxy, serve
         assert "also had unstaged changes" in skipped["reason"]
         # Nothing was staged in its place: the index is as the reset left it.
         assert git(repo, "ls-files", "--stage", "a.txt") == unstaged
+
+
+# -- git_add and git_reset refuse what their undo would get wrong (through the proxy) -------
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", [("git_reset", {}), ("git_add", {"files": ["a.txt"]})])
+async def test_a_staged_deletion_of_a_file_still_there_is_refused(
+    proxy, servers, workdir: Path, call: tuple[str, dict[str, list[str]]]
+):
+    repo = workdir / "repo"
+    tool, args = call
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        git(repo, "rm", "-q", "--cached", "b.txt")  # by hand: untracked, the file stays
+        assert git(repo, "status", "--porcelain=v1").count("b.txt") == 2  # "D " and "??"
+        checkpoint = await client.checkpoint()
+        await client.call_ok(tool, {"repo_path": ".", **args})
+        after = repo_state(repo)
+
+        report = await client.undo_to(checkpoint)
+
+        assert report["undone"] == []
+        [skipped] = report["skipped"]
+        assert skipped["tool"] == tool
+        assert "staged as deleted was still in the work tree" in skipped["reason"]
+        # Nothing was staged in its place (b.txt's contents above all): all as the call left it.
+        assert repo_state(repo) == after
+
+
+def start_merge_conflict(repo: Path) -> None:
+    """By hand: a clean main that changed b.txt, merging feature, which changed it too."""
+    g = ["-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-qfd")
+    (repo / "b.txt").write_text("b on main\n")
+    git(repo, *g, "commit", "-qam", "main's b")
+    done = subprocess.run(
+        ["git", "-C", str(repo), *g, "merge", "-q", "feature"], capture_output=True
+    )
+    assert done.returncode == 1  # the conflict
+    assert git(repo, "ls-files", "--unmerged", "b.txt").count("b.txt") == 3  # stages 1, 2, 3
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", [("git_reset", {}), ("git_add", {"files": ["b.txt"]})])
+async def test_a_call_during_a_merge_with_unmerged_paths_is_refused(
+    proxy, servers, workdir: Path, call: tuple[str, dict[str, list[str]]]
+):
+    repo = workdir / "repo"
+    tool, args = call
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        start_merge_conflict(repo)
+        checkpoint = await client.checkpoint()
+        await client.call_ok(tool, {"repo_path": ".", **args})
+        assert git(repo, "ls-files", "--unmerged") == ""  # the call dropped the conflict
+        after = repo_state(repo)
+
+        report = await client.undo_to(checkpoint)
+
+        assert report["undone"] == []
+        [skipped] = report["skipped"]
+        assert skipped["tool"] == tool
+        assert "unmerged paths" in skipped["reason"]
+        assert repo_state(repo) == after  # no claim of success, and nothing done
