@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from compensator.errors import ExpressionError
+from compensator.errors import ExpressionError, RegistryError
+from compensator.registry import parse_registry
 from compensator.registry.expressions import (
     CONTEXT_NAMES,
     compile_expression,
@@ -196,6 +199,29 @@ def test_regex_all(text: str | None, pattern: str, expected: list[str] | None) -
     assert found == expected
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        (["a", "b", "c", "b"], ["c", "b", "x"], ["b", "c"]),  # first's order, each once
+        (["a"], ["b"], []),
+        ([], ["a"], []),
+        (None, ["a"], []),
+        (["a"], None, []),
+        ([1, "1", {"k": [1]}, True], ["1", {"k": [1]}, 1], [1, "1", {"k": [1]}]),
+    ],
+)
+def test_intersection(first: object, second: object, expected: list[object]) -> None:
+    found = expr("intersection(args.first, args.second)").evaluate(
+        {"args": {"first": first, "second": second}}
+    )
+    assert found == expected
+
+
+def test_intersection_refuses_what_is_not_a_list() -> None:
+    with pytest.raises(ExpressionError, match=r"intersection\(\) got string"):
+        expr("intersection(args.a, args.b)").evaluate({"args": {"a": "ab", "b": ["a"]}})
+
+
 def test_to_json_is_compact_and_sorted() -> None:
     value = expr("to_json(args)").evaluate({"args": {"b": [1, 2], "a": "x"}})
     assert value == '{"a":"x","b":[1,2]}'
@@ -327,9 +353,24 @@ def test_wrong_arity_is_caught_at_compile_time() -> None:
         expr("regex(args.text)")
 
 
-def test_bad_literal_regex_is_caught_at_compile_time() -> None:
-    with pytest.raises(ExpressionError, match="not a valid regular expression"):
-        expr("regex(args.text, '(')")
+@pytest.mark.parametrize("function", ["regex", "regex_all"])
+def test_bad_literal_regex_is_caught_at_compile_time(function: str) -> None:
+    with pytest.raises(ExpressionError, match=rf"{function}\(\) pattern is not a valid regular"):
+        expr(f"{function}(args.text, '(')")
+
+
+@pytest.mark.parametrize("function", ["regex", "regex_all"])
+def test_bad_literal_regex_is_a_registry_load_error(tmp_path: Path, function: str) -> None:
+    text = (
+        "servers:\n  s:\n    command: /bin/true\n"
+        "tools:\n  s__x:\n    classification: reversible\n"
+        "    inverse:\n      - tool: s__x\n"
+        f"        when: \"{function}(result, '(')\"\n"
+    )
+    with pytest.raises(RegistryError) as info:
+        parse_registry(text, tmp_path / "r.yaml", {})
+    assert "r.yaml:9: tools.s__x.inverse[0].when" in str(info.value)
+    assert f"{function}() pattern is not a valid regular expression" in str(info.value)
 
 
 def test_negation_precedence_trap_is_rejected() -> None:

@@ -76,6 +76,23 @@ class _Functions(jfun.Functions):
             return None
         return [m.group(1) if m.re.groups else m.group(0) for m in re.finditer(pattern, text)]
 
+    @jfun.signature({"types": ["array", "null"]}, {"types": ["array", "null"]})
+    def _func_intersection(self, first: list[Any] | None, second: list[Any] | None) -> list[Any]:
+        """The items of `first` that are also in `second`, in `first`'s order, each once (null
+        counts as an empty list): which staged files also have unstaged changes, in linear
+        time where a backreference regex over the listing would be quadratic."""
+        if not first or not second:
+            return []
+        keys = {json.dumps(item, sort_keys=True) for item in second}
+        seen: set[str] = set()
+        found = []
+        for item in first:
+            key = json.dumps(item, sort_keys=True)
+            if key in keys and key not in seen:
+                seen.add(key)
+                found.append(item)
+        return found
+
     @jfun.signature({"types": []})
     def _func_to_json(self, value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
@@ -421,17 +438,17 @@ def _check_call(node: dict[str, Any], shown: str, where: str) -> None:
         wanted = f"{'at least ' if variadic else ''}{len(signature)}"
         detail = f"{name}() takes {wanted} argument(s) but gets {count}"
         raise _error(shown, where, detail, "Fix the argument list")
-    if name == "regex":
-        _check_pattern(node["children"][1], shown, where)
+    if name in ("regex", "regex_all"):
+        _check_pattern(name, node["children"][1], shown, where)
 
 
-def _check_pattern(node: dict[str, Any], shown: str, where: str) -> None:
+def _check_pattern(name: str, node: dict[str, Any], shown: str, where: str) -> None:
     if node["type"] != "literal" or not isinstance(node["value"], str):
         return
     try:
         re.compile(node["value"])
     except re.error as exc:
-        detail = f"regex() pattern is not a valid regular expression ({exc})"
+        detail = f"{name}() pattern is not a valid regular expression ({exc})"
         raise _error(shown, where, detail, "Fix the pattern (Python `re` syntax)") from None
 
 
