@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,15 @@ class Served:
         return self.process.returncode
 
 
-def command(config: Path, db: Path, http: str) -> list[str]:
+def command(config: Path, db: Path, http: str, *extra: str) -> list[str]:
     serve = [sys.executable, "-m", "compensator", "serve"]
-    return [*serve, "--config", str(config), "--db", str(db), "--http", http]
+    return [*serve, "--config", str(config), "--db", str(db), "--http", http, *extra]
+
+
+def environment(**variables: str) -> dict[str, str]:
+    """The proxy's environment: this one without a token, plus `variables`."""
+    env = {k: v for k, v in os.environ.items() if k != "COMPENSATOR_HTTP_TOKEN"}
+    return {**env, **variables}
 
 
 @pytest.fixture
@@ -94,13 +101,19 @@ def serve(tmp_path: Path) -> Callable[..., Any]:
     counter = iter(range(100))
 
     @asynccontextmanager
-    async def start(config: Path, *, http: str = "127.0.0.1:0") -> AsyncIterator[Served]:
+    async def start(
+        config: Path,
+        *,
+        http: str = "127.0.0.1:0",
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> AsyncIterator[Served]:
         n = next(counter)
         stderr = tmp_path / f"serve{n}.log"
-        env = {**os.environ, "COMPENSATOR_WORKDIR": str(tmp_path)}
+        env = environment(COMPENSATOR_WORKDIR=str(tmp_path), **(env or {}))
         with stderr.open("wb") as err:
             process = subprocess.Popen(
-                command(config, tmp_path / "journal.db", http),
+                command(config, tmp_path / "journal.db", http, *args),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -131,13 +144,16 @@ class HttpClient(ProxyClient):
 
 
 @asynccontextmanager
-async def connected(url: str, **options: Any) -> AsyncIterator[HttpClient]:
-    """An initialized MCP session to the proxy at `url`, over the SDK's streamable HTTP client;
-    `options` are ClientSession callbacks."""
+async def connected(
+    url: str, token: str | None = None, **options: Any
+) -> AsyncIterator[HttpClient]:
+    """An initialized MCP session to the proxy at `url`, over the SDK's streamable HTTP client,
+    sending `Authorization: Bearer <token>` when given; `options` are ClientSession callbacks."""
     if url.startswith("http://0.0.0.0:"):
         url = url.replace("0.0.0.0", "127.0.0.1", 1)
+    headers = None if token is None else {"Authorization": f"Bearer {token}"}
     async with (
-        _sdk.streamable_http(url) as (read, write),
+        _sdk.streamable_http(url, headers) as (read, write),
         ClientSession(read, write, **options) as session,
     ):
         result = await session.initialize()
@@ -158,6 +174,7 @@ async def test_one_client_lists_calls_and_undoes_over_http(
 ) -> None:
     async with serve(EXAMPLES / "compensators.yaml") as served:
         assert "warning" not in served.log(), served.log()  # loopback: no exposure warning
+        assert "no token: any program on this machine" in served.log(), served.log()
         async with connected(served.url) as client:
             # As over stdio: tools/list_changed is announced, and so is logging.
             assert client.capabilities["tools"] == {"listChanged": True}, client.capabilities
@@ -457,14 +474,208 @@ async def test_loopback_keeps_dns_rebinding_protection(serve: Callable[..., Any]
         assert await served.stop() == 0
 
 
-async def test_non_loopback_address_warns_and_serves(serve: Callable[..., Any]) -> None:
-    async with serve(EXAMPLES / "compensators.yaml", http="0.0.0.0:0") as served:
+async def test_non_loopback_address_without_a_token_refuses_to_start(tmp_path: Path) -> None:
+    done = await anyio.run_process(
+        command(EXAMPLES / "compensators.yaml", tmp_path / "journal.db", "0.0.0.0:0"),
+        check=False,
+        env=environment(),
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("compensator: --http '0.0.0.0:0': refusing to serve on 0.0.0.0:")
+    assert "without a token" in lines[0] and "--token-env VAR" in lines[0], stderr
+    assert "--insecure" in lines[0], stderr
+    assert not (tmp_path / "journal.db").exists(), "nothing may start on a refused address"
+
+
+async def test_non_loopback_address_with_insecure_warns_and_serves(
+    serve: Callable[..., Any],
+) -> None:
+    async with serve(EXAMPLES / "compensators.yaml", http="0.0.0.0:0", args=("--insecure",)) as (
+        served
+    ):
         log = served.log()
         assert "anyone who can reach this port can call" in log, log
-        assert "not a loopback address" in log, log
+        assert "not a loopback address, with --insecure" in log, log
         async with connected(served.url) as client:
             assert "tasks__add_task" in tool_names(await client.list_tools())
         assert await served.stop() == 0
+
+
+TOKEN = "t0k3n-for-the-tests_0123456789abcdef"
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+def _request(
+    port: int,
+    method: str,
+    path: str = "/mcp",
+    message: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
+    """One plain HTTP request to the proxy on 127.0.0.1:`port` (a JSON-RPC `message` as body)."""
+    sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    sent.update(headers or {})
+    body = None if message is None else json.dumps({"jsonrpc": "2.0", **message})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, body=body, headers=sent)
+        response = connection.getresponse()
+        got = {k.lower(): v for k, v in response.getheaders()}
+        return Reply(response.status, got, response.read().decode(errors="replace"))
+    finally:
+        connection.close()
+
+
+INITIALIZE = {
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+
+
+def _assert_refused(reply: Reply) -> None:
+    assert reply.status == 401, reply
+    assert reply.headers.get("www-authenticate", "").startswith("Bearer "), reply
+    assert "invalid_token" in reply.body, reply
+
+
+async def test_token_is_required_of_every_request(
+    serve: Callable[..., Any], tmp_path: Path
+) -> None:
+    args = ("--token-env", "MY_PROXY_TOKEN")
+    async with serve(
+        EXAMPLES / "compensators.yaml", args=args, env={"MY_PROXY_TOKEN": f"  {TOKEN}\n"}
+    ) as served:
+        assert "every request must carry Authorization: Bearer" in served.log(), served.log()
+        assert "$MY_PROXY_TOKEN" in served.log() and TOKEN not in served.log(), served.log()
+        assert "no token" not in served.log(), served.log()
+        port = served.port
+
+        async def request(*args: Any, **kwargs: Any) -> Reply:
+            return await anyio.to_thread.run_sync(partial(_request, port, *args, **kwargs))
+
+        def bearer(token: str, session: str | None = None) -> dict[str, str]:
+            headers = {"Authorization": f"Bearer {token}"}
+            return headers if session is None else {**headers, "Mcp-Session-Id": session}
+
+        # No header, no scheme, a wrong token, a prefix of the token: all 401.
+        _assert_refused(await request("POST", message=INITIALIZE))
+        _assert_refused(await request("POST", message=INITIALIZE, headers={"Authorization": TOKEN}))
+        _assert_refused(await request("POST", message=INITIALIZE, headers=bearer("wrong")))
+        _assert_refused(await request("POST", message=INITIALIZE, headers=bearer(TOKEN[:-1])))
+        _assert_refused(await request("GET", "/"))  # every path, not only /mcp
+
+        # A real MCP client with the token lists and calls tools.
+        async with connected(served.url, TOKEN) as client:
+            assert {"tasks__add_task", "undo_to"} <= tool_names(await client.list_tools())
+            checkpoint = await client.checkpoint("before anyone else")
+
+            # A raw session with the token; then the same tools/call on it, without the token
+            # and with a wrong one, is refused and changes nothing; with the token it runs.
+            opened = await request("POST", message=INITIALIZE, headers=bearer(TOKEN))
+            assert opened.status == 200, opened
+            session = opened.headers["mcp-session-id"]
+            initialized = {"method": "notifications/initialized"}
+            acked = await request("POST", message=initialized, headers=bearer(TOKEN, session))
+            assert acked.status == 202, acked
+            call = {
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "tasks__add_task", "arguments": {"title": "intruder"}},
+            }
+            _assert_refused(
+                await request("POST", message=call, headers={"Mcp-Session-Id": session})
+            )
+            _assert_refused(await request("POST", message=call, headers=bearer("x", session)))
+            _assert_refused(
+                await request("DELETE", headers={"Mcp-Session-Id": session})
+            )  # nor may it end the session
+            undo = {
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "undo_to", "arguments": {"checkpoint_id": checkpoint}},
+            }
+            _assert_refused(
+                await request("POST", message=undo, headers={"Mcp-Session-Id": session})
+            )
+            assert await client.list_changes(checkpoint) == []
+            assert (await client.call_ok("tasks__list_tasks"))["tasks"] == []
+
+            allowed = await request("POST", message=call, headers=bearer(TOKEN, session))
+            assert allowed.status == 200 and "intruder" in allowed.body, allowed
+            changes = await client.list_changes(checkpoint)
+            assert [c["tool"] for c in changes] == ["tasks__add_task"], changes
+            tasks = (await client.call_ok("tasks__list_tasks"))["tasks"]
+            assert [t["title"] for t in tasks] == ["intruder"], tasks
+        assert await served.stop() == 0
+
+
+async def test_token_from_compensator_http_token_on_any_address(
+    serve: Callable[..., Any],
+) -> None:
+    env = {"COMPENSATOR_HTTP_TOKEN": TOKEN}
+    async with serve(EXAMPLES / "compensators.yaml", http="0.0.0.0:0", env=env) as served:
+        log = served.log()
+        assert "$COMPENSATOR_HTTP_TOKEN" in log, log
+        assert "plain HTTP carries it in clear text" in log, log  # the only warning left
+        assert "refusing" not in log and "--insecure" not in log, log
+        post = partial(_request, served.port, "POST", message=INITIALIZE)
+        _assert_refused(await anyio.to_thread.run_sync(post))
+        async with connected(served.url, TOKEN) as client:
+            assert "tasks__add_task" in tool_names(await client.list_tools())
+        assert await served.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (("--token-env", "MY_PROXY_TOKEN"), {}, "MY_PROXY_TOKEN is not set"),
+        (("--token-env", "MY_PROXY_TOKEN"), {"MY_PROXY_TOKEN": " "}, "MY_PROXY_TOKEN is empty"),
+        ((), {"COMPENSATOR_HTTP_TOKEN": ""}, "COMPENSATOR_HTTP_TOKEN is empty"),
+        (("--token-env", "T"), {"T": "two words"}, "spaces, control or non-ASCII"),
+        (("--token-env", "s3cr3t-token!"), {}, "not the token itself"),
+    ],
+)
+async def test_missing_or_unusable_token_is_a_usage_error(
+    args: tuple[str, ...], env: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    done = await anyio.run_process(
+        command(EXAMPLES / "compensators.yaml", tmp_path / "journal.db", "127.0.0.1:0", *args),
+        check=False,
+        env=environment(**env),
+    )
+    stderr = done.stderr.decode()
+    assert done.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("compensator: "), stderr
+    assert expected in lines[0], stderr
+    assert not (tmp_path / "journal.db").exists(), "nothing may start without its token"
+
+
+async def test_token_options_need_http(tmp_path: Path) -> None:
+    serve = [sys.executable, "-m", "compensator", "serve"]
+    for option in (("--token-env", "MY_PROXY_TOKEN"), ("--insecure",)):
+        done = await anyio.run_process(
+            [*serve, "--config", str(EXAMPLES / "compensators.yaml"), *option],
+            check=False,
+            env=environment(MY_PROXY_TOKEN=TOKEN),
+        )
+        stderr = done.stderr.decode()
+        assert done.returncode == 2, stderr
+        assert stderr == f"compensator: {option[0]} applies only with --http HOST:PORT\n"
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ examples:
   compensator serve --config compensators.yaml
   compensator serve --config compensators.yaml --db ./journal.db
   compensator serve --config compensators.yaml --http 127.0.0.1:8765
+  compensator serve --config compensators.yaml --http 0.0.0.0:8765 --token-env MY_TOKEN
   compensator check --config compensators.yaml
   compensator check --config compensators.yaml --json
   compensator log --config compensators.yaml
@@ -44,7 +45,8 @@ examples:
   compensator explain --config compensators.yaml tasks__delete_task
 
 Point your MCP client at `compensator serve` instead of at the servers themselves
-(with --http, at http://127.0.0.1:8765/mcp; every client shares one journal session).
+(with --http, at http://127.0.0.1:8765/mcp; every client shares one journal session;
+with --token-env, clients send the header `Authorization: Bearer <the token>`).
 Run `compensator check` after editing a registry: it starts the servers and compares
 the registry with the tools they really offer. `log`, `undo` and `explain` do from a
 terminal what the meta tools do for an agent.

@@ -21,7 +21,15 @@ from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
 from ..proxy import INSTRUCTIONS, Proxy
 from ..registry import Registry, load_registry, registry_environment
 from ..wire import Catalog, DownstreamPool, Relay, sdk
-from ..wire.http_serve import HttpEndpoint, HttpError, exposure_warning, listen, serve_http
+from ..wire.http_serve import (
+    TOKEN_VARIABLE,
+    HttpEndpoint,
+    HttpError,
+    exposure,
+    listen,
+    read_token,
+    serve_http,
+)
 from .common import add_registry_arguments
 from .terminal import log_to_stderr
 
@@ -182,8 +190,24 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="serve over streamable HTTP at http://HOST:PORT/mcp instead of stdio, to any "
         "number of clients, which share one journal session (checkpoints and undo_to cover "
-        "every client's changes). HOST defaults to 127.0.0.1; any non-loopback address (e.g. "
-        "0.0.0.0) lets anyone who can reach the port call the tools, and prints a warning",
+        "every client's changes). HOST defaults to 127.0.0.1. A non-loopback address (e.g. "
+        "0.0.0.0) needs a token (--token-env) or --insecure",
+    )
+    parser.add_argument(
+        "--token-env",
+        metavar="VAR",
+        default=None,
+        help="with --http: require every request to carry `Authorization: Bearer TOKEN`, "
+        "TOKEN being the value of the environment variable VAR (the token itself never goes "
+        "on the command line, where other users can read it); others get 401. Default: "
+        f"${TOKEN_VARIABLE} when it is set, else no token. An unset or empty VAR is an error",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="with --http on a non-loopback address: serve without a token (with a warning) "
+        "instead of refusing to start; anyone who can reach the port can then call every "
+        "tool and undo_to",
     )
     parser.add_argument(
         "--client-name",
@@ -197,13 +221,25 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def run_serve(args: argparse.Namespace) -> int:
     log_to_stderr(str(args.log_level).upper())
     http = None
+    token_env = getattr(args, "token_env", None)
+    insecure = getattr(args, "insecure", False)
+    if getattr(args, "http", None) is None and (token_env is not None or insecure):
+        option = "--token-env" if token_env is not None else "--insecure"
+        print(f"compensator: {option} applies only with --http HOST:PORT", file=sys.stderr)
+        return 2
     if getattr(args, "http", None) is not None:
+        # Before anything starts: a bad value, a missing token or a refused address fail at once.
         try:
-            http = listen(args.http)  # before anything starts: a bad value fails at once
+            token = read_token(token_env, os.environ)
+            http = listen(args.http)
+            if token is not None:
+                http.token, http.token_source = token
+            warning = exposure(http, insecure)
         except HttpError as exc:
+            if http is not None:
+                http.close()
             print(f"compensator: {exc}", file=sys.stderr)
             return exc.exit_code
-        warning = exposure_warning(http)
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
     db = args.db if args.db is not None else default_journal_path(args.config)

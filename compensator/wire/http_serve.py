@@ -28,9 +28,24 @@ is not tested here.
 Safety: HOST defaults to 127.0.0.1 (`--http 8765` or `--http :8765`). On a loopback address
 the SDK's DNS-rebinding protection is on: a request whose Host (or Origin) header is not a
 loopback name gets 421 (403), so a web page cannot reach the proxy through a rebound name.
-Any other address (e.g. 0.0.0.0) must be given explicitly and prints a warning: there is no
-authentication, so anyone who can reach the port can call every tool and undo. SIGINT and
-SIGTERM stop it cleanly: open streams are closed, the servers stopped, the journal closed.
+
+A bearer token locks the door: `--token-env VAR` names the environment variable that holds it
+(never the command line, which any user of the machine can read in `ps`), else
+`COMPENSATOR_HTTP_TOKEN` is used when set. With a token, every request, to any path, without
+`Authorization: Bearer <token>` (or with another token) gets 401 with `WWW-Authenticate:
+Bearer` and reaches nothing behind it; tokens are compared in constant time. The check is the
+MCP SDK's own resource-server middleware with a verifier that knows one static token
+(`sdk.require_bearer_token`); no OAuth metadata is published, since there is no authorization
+server. A named variable that is unset or empty, or a token with spaces or control
+characters, is a usage error at start-up (exit 2).
+
+Any other address than loopback (e.g. 0.0.0.0) must be given explicitly, and without a token
+the proxy refuses to start on it (exit 2): anyone who can reach the port could call every tool
+and `undo_to`. `--insecure` starts it anyway, with a warning. With a token it starts with a
+warning that plain HTTP carries the token in clear text (put TLS or an SSH tunnel in front
+across networks you do not trust). On loopback without a token it serves as before and says
+at start-up that any local program can call it. SIGINT and SIGTERM stop it cleanly: open
+streams are closed, the servers stopped, the journal closed.
 """
 
 from __future__ import annotations
@@ -39,9 +54,10 @@ import contextlib
 import errno
 import ipaddress
 import logging
+import re
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +65,16 @@ import anyio
 
 from . import sdk
 
-__all__ = ["HttpEndpoint", "HttpError", "listen", "parse_http_address", "serve_http"]
+__all__ = [
+    "TOKEN_VARIABLE",
+    "HttpEndpoint",
+    "HttpError",
+    "exposure",
+    "listen",
+    "parse_http_address",
+    "read_token",
+    "serve_http",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +83,14 @@ DEFAULT_HOST = "127.0.0.1"
 SHUTDOWN_GRACE = 2
 """Seconds open HTTP connections (the clients' SSE streams) get to close on shutdown."""
 
+TOKEN_VARIABLE = "COMPENSATOR_HTTP_TOKEN"
+"""The environment variable the `--http` token is read from when `--token-env` names none."""
+
 _LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
 _EXAMPLE = "--http 127.0.0.1:8765"
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+"""Visible ASCII: what a header carries unchanged (HTTP strips surrounding white space)."""
 
 
 class HttpError(Exception):
@@ -90,6 +121,10 @@ class HttpEndpoint:
     """The bound port (the one the system chose for port 0)."""
     allowed_hosts: list[str] | None = field(default=None)
     """Host header patterns of the DNS-rebinding protection; None when it is off."""
+    token: str | None = field(default=None, repr=False)
+    """The bearer token every request must carry; None: no authentication."""
+    token_source: str | None = None
+    """The environment variable the token came from, for the start-up log."""
 
     @property
     def url(self) -> str:
@@ -203,15 +238,70 @@ def _bind_error(address: HttpAddress, exc: OSError) -> HttpError:
     return HttpError(f"{where}: cannot listen there: {exc.strerror or exc}", exit_code=1)
 
 
-def exposure_warning(endpoint: HttpEndpoint) -> str | None:
-    """The warning for an address other machines may reach, else None."""
+def read_token(variable: str | None, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(token, variable) from `variable` (`--token-env`), else from $COMPENSATOR_HTTP_TOKEN when
+    that is set; None when no token is asked for. HttpError (exit 2) for a named variable that
+    is unset or empty, or a token a header cannot carry as it is."""
+    if variable is None:
+        if TOKEN_VARIABLE not in environ:
+            return None
+        variable = TOKEN_VARIABLE
+        where = f"${TOKEN_VARIABLE}"
+    else:
+        where = f"--token-env {variable}"
+        if not _VARIABLE_NAME.fullmatch(variable):
+            raise HttpError(
+                f"--token-env takes the name of an environment variable that holds the token, "
+                f"not the token itself ({variable!r} is not such a name); e.g. export "
+                f'MY_TOKEN="$(openssl rand -hex 32)" and pass --token-env MY_TOKEN'
+            )
+    value = environ.get(variable)
+    if value is None:
+        raise HttpError(
+            f"{where}: the environment variable {variable} is not set; set it to the token "
+            f'before starting, e.g. export {variable}="$(openssl rand -hex 32)"'
+        )
+    token = value.strip()
+    if not token:
+        raise HttpError(
+            f"{where}: the environment variable {variable} is empty; set it to the token, e.g. "
+            f'export {variable}="$(openssl rand -hex 32)"'
+        )
+    if not _TOKEN.fullmatch(token):
+        raise HttpError(
+            f"{where}: the token in {variable} has spaces, control or non-ASCII characters, "
+            "which an Authorization header cannot carry as they are; use letters, digits and "
+            "punctuation, e.g. openssl rand -hex 32"
+        )
+    return token, variable
+
+
+def exposure(endpoint: HttpEndpoint, insecure: bool = False) -> str | None:
+    """The start-up warning for `endpoint`, or None; HttpError (exit 2) refuses a non-loopback
+    address without a token unless `insecure`."""
     if endpoint.loopback:
         return None
+    where = f"{endpoint.address.host}:{endpoint.port}"
+    if endpoint.token is not None:
+        return (
+            f"compensator: warning: serving on {where}, which is not a loopback address: "
+            "requests need the token, but plain HTTP carries it in clear text; across a network "
+            "you do not trust, put TLS (a reverse proxy) or an SSH tunnel in front "
+            "(DNS-rebinding protection is off)"
+        )
+    if not insecure:
+        raise HttpError(
+            f"--http {endpoint.address.value!r}: refusing to serve on {where}, which is not a "
+            "loopback address, without a token: anyone who can reach this port could call "
+            "every tool behind the proxy and undo_to. Put a token in an environment variable "
+            f"and pass --token-env VAR (or set ${TOKEN_VARIABLE}), serve on 127.0.0.1, or pass "
+            "--insecure if you mean it"
+        )
     return (
-        f"compensator: warning: serving on {endpoint.address.host}:{endpoint.port}, which is "
-        "not a loopback address: anyone who can reach this port can call every tool behind "
-        "the proxy and undo_to, without authentication (DNS-rebinding protection is off). "
-        "Use --http 127.0.0.1:PORT unless you mean it"
+        f"compensator: warning: serving on {where}, which is not a loopback address, with "
+        "--insecure: anyone who can reach this port can call every tool behind the proxy and "
+        "undo_to, without authentication (DNS-rebinding protection is off). Use --token-env "
+        "VAR, or --http 127.0.0.1:PORT, unless you mean it"
     )
 
 
@@ -251,8 +341,11 @@ async def serve_http(server: Any, endpoint: HttpEndpoint) -> None:
             pass
 
     stopping = anyio.Event()
+    app = _asgi_app(manager, stopping)
+    if endpoint.token is not None:
+        app = sdk.require_bearer_token(app, endpoint.token)
     config = uvicorn.Config(
-        _asgi_app(manager, stopping),
+        app,
         lifespan="off",
         interface="asgi3",
         log_config=None,
@@ -275,6 +368,17 @@ async def serve_http(server: Any, endpoint: HttpEndpoint) -> None:
         async with manager.run():
             group.start_soon(run_web)
             log.info("serving MCP over streamable HTTP at %s", endpoint.url)
+            if endpoint.token is not None:
+                log.info(
+                    "every request must carry Authorization: Bearer <the token in $%s>",
+                    endpoint.token_source,
+                )
+            elif endpoint.loopback:
+                log.info(
+                    "no token: any program on this machine can call the tools; pass --token-env "
+                    "VAR (or set $%s) to require one",
+                    TOKEN_VARIABLE,
+                )
             await stopping.wait()
         # The sessions are closed, and with them the clients' open streams: uvicorn need
         # not wait for those connections.

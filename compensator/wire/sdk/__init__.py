@@ -26,7 +26,12 @@ from .client import (
     server_supports,
     tool_to_wire,
 )
-from .http import connection_failed, http_session_manager, streamable_http
+from .http import (
+    connection_failed,
+    http_session_manager,
+    require_bearer_token,
+    streamable_http,
+)
 from .server import ToolCaller, ToolLister, build_server
 from .session import (
     CURRENT_CALL,
@@ -72,6 +77,7 @@ __all__ = [
     "notify_client",
     "on_client_closed",
     "open_stdio",
+    "require_bearer_token",
     "result_parts",
     "sdk_error",
     "send_wire_request",

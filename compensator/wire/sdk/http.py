@@ -1,9 +1,10 @@
-"""Streamable HTTP on both SDK lines: the client side (`url:` servers) and the session
-manager behind `compensator serve --http`."""
+"""Streamable HTTP on both SDK lines: the client side (`url:` servers), and the session
+manager and bearer-token check behind `compensator serve --http`."""
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -11,7 +12,7 @@ from mcp.server.lowlevel import Server
 
 from ._private import create_http_client
 
-__all__ = ["connection_failed", "http_session_manager", "streamable_http"]
+__all__ = ["connection_failed", "http_session_manager", "require_bearer_token", "streamable_http"]
 
 
 @contextlib.asynccontextmanager
@@ -77,3 +78,40 @@ def http_session_manager(server: Server[Any], allowed_hosts: list[str] | None) -
             allowed_origins=origins,
         )
     return StreamableHTTPSessionManager(app=server, security_settings=security)
+
+
+BEARER_CLIENT = "compensator-http-token"
+"""The client id every holder of the `--http` token is known by (the SDK's `AccessToken`)."""
+
+
+def require_bearer_token(app: Any, token: str) -> Any:
+    """`app` behind the SDK's bearer-token check: a request whose `Authorization` header is not
+    `Bearer <token>` gets 401 with `WWW-Authenticate: Bearer error="invalid_token", ...` and
+    never reaches `app`.
+
+    The SDK's resource-server pieces fit a static token on both lines, with the same names and
+    arguments: a `TokenVerifier` (any object with `async verify_token(str) -> AccessToken |
+    None`) behind `BearerAuthBackend`, in Starlette's `AuthenticationMiddleware` (which puts
+    the SDK's `AuthenticatedUser` in the ASGI scope), then `RequireAuthMiddleware`, which
+    answers 401 when that user is missing. `AuthSettings` and `Server.streamable_http_app`
+    are not used: they need an OAuth issuer URL and publish protected-resource metadata
+    pointing at it, which would send clients looking for an authorization server that does
+    not exist. Every token holder is one principal, so the session manager's check that a
+    session is used with the credential that opened it always passes."""
+    from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+    from mcp.server.auth.provider import AccessToken
+    from starlette.middleware.authentication import AuthenticationMiddleware
+
+    expected = token.encode()
+
+    class StaticToken:
+        async def verify_token(self, offered: str) -> AccessToken | None:
+            # compare_digest takes as long whatever prefix matches; bytes, because it refuses
+            # str with non-ASCII characters (which a header may carry).
+            if not hmac.compare_digest(offered.encode(), expected):
+                return None
+            return AccessToken(token="<the --http token>", client_id=BEARER_CLIENT, scopes=[])
+
+    return AuthenticationMiddleware(
+        RequireAuthMiddleware(app, required_scopes=[]), backend=BearerAuthBackend(StaticToken())
+    )
