@@ -93,8 +93,8 @@ def decisions(db: Path) -> list[tuple[str, str, Any]]:
         journal.close()
 
 
-async def test_accept_forwards_the_call_and_journals_it(proxy, registry, tmp_path: Path):
-    person = Person("accept")
+async def test_accept_forwards_the_call_and_journals_it(proxy, registry, proxy_log, tmp_path):
+    person = Person("accept")  # asked once: the meta tools below are never put to the person
     async with proxy(registry(), session_options=person.options()) as client:
         task = await client.call_ok("tasks__add_task", {"title": "plain"})
         assert person.asked == [], "add_task needs approval only for 'ask me'"
@@ -114,6 +114,8 @@ async def test_accept_forwards_the_call_and_journals_it(proxy, registry, tmp_pat
     assert decisions(tmp_path / "journal.db") == [
         ("tasks__complete_task", "approved", {"id": task["id"]})
     ]
+    lines = [line for line in proxy_log().splitlines() if "approvals:" in line]
+    assert len(lines) == 1 and "the client supports elicitation" in lines[0]
 
 
 @pytest.mark.parametrize(("action", "answer"), [("decline", "declined"), ("cancel", "cancelled")])
