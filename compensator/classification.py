@@ -89,6 +89,8 @@ class Behaviour:
     refusal: str = ""
     """`str.format` text with {tool}: undo's reason for skipping a journaled call of a tool
     that is not undoable."""
+    approval: str = ""
+    """One sentence for the person asked to approve a call: what undo can and cannot do."""
 
 
 _CAVEATS = (
@@ -107,6 +109,7 @@ _BEHAVIOURS: Mapping[Classification, Behaviour] = {
         builds_state=False,
         explanation="{tool} only reads. It is not journaled, and there is nothing to undo.",
         refusal="read: the registry says {tool} only reads, so there is nothing to undo",
+        approval="It only reads: nothing changes, so there is nothing to undo.",
     ),
     Classification.REVERSIBLE: Behaviour(
         journaled=True,
@@ -118,6 +121,10 @@ _BEHAVIOURS: Mapping[Classification, Behaviour] = {
         explanation=(
             "{tool} is journaled. undo_to calls {steps}, with arguments built from this call's "
             "arguments and result. {caveats}"
+        ),
+        approval=(
+            "Undo can take it back with an inverse call built from its arguments and result, "
+            "but not what happens outside the server (emails sent, other clients' reads)."
         ),
     ),
     Classification.COMPENSABLE: Behaviour(
@@ -133,6 +140,10 @@ _BEHAVIOURS: Mapping[Classification, Behaviour] = {
             "is only as fresh as that moment: changes made by anything else between this call "
             "and the undo may be overwritten. {caveats}"
         ),
+        approval=(
+            "Undo can put back what a snapshot taken just before the call saw, but not what "
+            "happens outside the server, and it overwrites changes others make meanwhile."
+        ),
     ),
     Classification.IRREVERSIBLE: Behaviour(
         journaled=True,
@@ -146,6 +157,7 @@ _BEHAVIOURS: Mapping[Classification, Behaviour] = {
             "undo it and reports it as skipped. Ask the user before calling it."
         ),
         refusal="irreversible: the registry says this tool cannot be undone",
+        approval="Undo cannot take it back: it is recorded in the journal, never undone.",
     ),
     Classification.UNKNOWN: Behaviour(
         journaled=True,
@@ -161,6 +173,10 @@ _BEHAVIOURS: Mapping[Classification, Behaviour] = {
         refusal=(
             "unknown: the registry has no policy for {tool}; add one under `tools:` to make it "
             "undoable"
+        ),
+        approval=(
+            "The registry does not describe this tool, so undo cannot take it back: it is "
+            "recorded in the journal, never undone."
         ),
     ),
 }

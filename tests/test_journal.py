@@ -13,6 +13,7 @@ import pytest
 from compensator.errors import JournalError
 from compensator.journal import (
     SCHEMA_VERSION,
+    Answer,
     Intent,
     Status,
     StepOutcome,
@@ -339,3 +340,68 @@ def test_intents_committed_before_a_sigkill_survive_it(tmp_path, open_journal):
     changes = open_journal(path).all_changes()  # opening marks the dead process's rows
     assert [c.args["n"] for c in changes] == list(range(24, -1, -1))
     assert {c.status for c in changes} == {Status.UNKNOWN}
+
+
+def test_decisions_are_kept_apart_from_changes_and_filtered(tmp_path: Path, open_journal):
+    journal = open_journal(tmp_path / "j.db")
+    before = journal.create_checkpoint("before")
+    approved = journal.record_decision(
+        tool="s__drop", classification="irreversible", args={"t": 1}, answer=Answer.APPROVED
+    )
+    change = journal.record_intent(Intent(tool="s__drop", classification="irreversible", args={}))
+    checkpoint = journal.create_checkpoint("after")
+    declined = journal.record_decision(
+        tool="s__drop",
+        classification="irreversible",
+        args={"t": 2},
+        answer=Answer.DECLINED,
+        reason="declined by the person",
+    )
+    assert declined > approved
+    newest, oldest = journal.decisions()
+    assert (newest.id, newest.answer, newest.args, newest.reason) == (
+        declined,
+        "declined",
+        {"t": 2},
+        "declined by the person",
+    )
+    assert (newest.last_change_id, newest.last_checkpoint_id) == (change, checkpoint.id)
+    assert (oldest.last_change_id, oldest.last_checkpoint_id) == (0, before.id)
+    assert newest.refused and not oldest.refused
+    assert newest.agent == journal.agent and newest.session == journal.session
+    assert [d.id for d in journal.decisions(refused=True)] == [declined]
+    assert [d.id for d in journal.decisions(checkpoint)] == [declined]
+    assert [d.id for d in journal.decisions(before)] == [declined, approved]
+    assert journal.decisions(agent="someone else") == []
+    # Undo sees changes only: a decision is never one.
+    assert [c.id for c in journal.open_changes()] == [change]
+
+
+def test_a_journal_of_schema_3_migrates_and_keeps_its_changes(tmp_path: Path):
+    path = tmp_path / "j.db"
+    db = raw(path)
+    from compensator.journal.sqlite import MIGRATIONS
+
+    for number, script in enumerate(MIGRATIONS[:3], 1):
+        for statement in script.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={number}")
+    db.execute(
+        "INSERT INTO changes (tool, classification, status, args, pid, created_at, session, "
+        "agent) VALUES ('s__a', 'reversible', 'ok', '{}', 1, '2026-01-01T00:00:01+00:00', "
+        "'aaaa', 'aaaa')"
+    )
+    db.close()
+    journal = Journal(path)
+    try:
+        assert journal.pragma("user_version") == SCHEMA_VERSION == 4
+        assert journal.decisions() == []
+        journal.record_decision(
+            tool="s__a", classification="reversible", args={}, answer=Answer.DENIED
+        )
+        (decision,) = journal.decisions(refused=True)
+        assert (decision.tool, decision.last_change_id) == ("s__a", 1)
+        assert [c.tool for c in journal.open_changes()] == ["s__a"]
+    finally:
+        journal.close()

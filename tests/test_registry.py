@@ -961,3 +961,131 @@ def test_the_registry_reference_loads(tmp_path: Path) -> None:
     added = registry.tools["tasks__add_task"]
     assert (added.verify, added.verify_tool) == (True, "tasks__get_task")
     assert added.verify_args is not None and added.verify_args.source == {"id": "{result.id}"}
+
+
+# -- guardrails: approve, deny and their defaults ----------------------------------------
+
+
+def test_guard_keys_are_read(tmp_path: Path) -> None:
+    text = HEAD + norm(
+        """
+        defaults:
+          approve: [irreversible, unknown]
+          on_no_approval: allow
+        tools:
+          tasks__drop: {classification: irreversible, approve: false}
+          tasks__query:
+            classification: irreversible
+            approve_when: "regex(args.sql, '(?i)^\\\\s*drop') != `null`"
+            deny_when: "args.table == 'users'"
+          tasks__wipe: {classification: irreversible, deny: "wipes every project"}
+          tasks__nuke: {classification: irreversible, deny: true}
+          tasks__read: {classification: read, approve: true}
+        """
+    )
+    registry = load_registry(write(tmp_path, text), {})
+    assert registry.defaults.approve == {Classification.IRREVERSIBLE, Classification.UNKNOWN}
+    assert registry.defaults.on_no_approval == "allow"
+    drop, query = registry.policy("tasks__drop"), registry.policy("tasks__query")
+    assert drop.approve is False and drop.deny is None and drop.approve_when is None
+    assert query.approve is None and query.approve_when is not None
+    assert query.approve_when.truthy({"args": {"sql": "  DROP TABLE t"}})
+    assert not query.approve_when.truthy({"args": {"sql": "select 1"}})
+    assert query.deny_when is not None and query.deny_when.truthy({"args": {"table": "users"}})
+    assert registry.policy("tasks__wipe").deny == "wipes every project"
+    assert registry.policy("tasks__nuke").deny == ""
+    assert registry.policy("tasks__read").approve is True
+    plain = load_registry(write(tmp_path, HEAD, "plain.yaml"), {})
+    assert plain.defaults == Defaults()
+    assert (plain.defaults.approve, plain.defaults.on_no_approval) == (frozenset(), "deny")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "needle", "message"),
+    [
+        (
+            HEAD + "defaults: {approve: irreversible}\n",
+            "defaults.approve",
+            "approve",
+            "expected a list of classifications, got a string. Write e.g. approve: "
+            "[irreversible, unknown]",
+        ),
+        (
+            HEAD + "defaults:\n  approve: [irreversible, unknwn]\n",
+            "defaults.approve[1]",
+            "unknwn",
+            "'unknwn' is not a classification. Did you mean 'unknown'?",
+        ),
+        (
+            HEAD + "defaults: {on_no_approval: alow}\n",
+            "defaults.on_no_approval",
+            "alow",
+            "'alow' is not deny or allow. Did you mean 'allow'?",
+        ),
+        (
+            HEAD + "defaults: {on_no_approval: maybe}\n",
+            "defaults.on_no_approval",
+            "maybe",
+            "Write deny (refuse such a call, the default) or allow",
+        ),
+        (
+            policy_yaml("classification: irreversible", "approve: yes please"),
+            "tools.tasks__x.approve",
+            "approve",
+            "expected true or false, got a string",
+        ),
+        (
+            policy_yaml("classification: irreversible", "deny: 3"),
+            "tools.tasks__x.deny",
+            "deny",
+            "expected true, false or a reason, got a number",
+        ),
+        (
+            policy_yaml("classification: irreversible", 'deny: "  "'),
+            "tools.tasks__x.deny",
+            "deny",
+            "the reason is empty",
+        ),
+        (
+            policy_yaml("classification: irreversible", "approve: true", "approve_when: args.a"),
+            "tools.tasks__x.approve_when",
+            "approve_when",
+            "approve and approve_when are both given",
+        ),
+        (
+            policy_yaml("classification: irreversible", "deny: true", "deny_when: args.a"),
+            "tools.tasks__x.deny_when",
+            "deny_when",
+            "deny and deny_when are both given",
+        ),
+        (
+            policy_yaml("classification: irreversible", "deny: never", "approve: true"),
+            "tools.tasks__x.approve",
+            "approve:",
+            "the tool is denied, so approve would never be asked",
+        ),
+        (
+            policy_yaml("classification: irreversible", "approve_when: result.ok"),
+            "tools.tasks__x.approve_when",
+            "approve_when",
+            "approve_when is decided before the call, when only args is known",
+        ),
+        (
+            policy_yaml("classification: irreversible", "deny_when: 'args.a =='"),
+            "tools.tasks__x.deny_when",
+            "deny_when",
+            "`args.a ==`",
+        ),
+        (
+            policy_yaml("classification: irreversible", "aprove: true"),
+            "tools.tasks__x.aprove",
+            "aprove",
+            "unknown key. Did you mean 'approve'?",
+        ),
+    ],
+)
+def test_guard_mistakes_are_located_errors(
+    tmp_path: Path, text: str, key: str, needle: str, message: str
+) -> None:
+    error = load_error(tmp_path, text, key, needle, {})
+    assert message in str(error)

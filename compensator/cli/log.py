@@ -10,12 +10,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import CompensatorError
-from ..journal import Change, Checkpoint, JournalStore, Status, open_journal
+from ..journal import Answer, Change, Checkpoint, Decision, JournalStore, Status, open_journal
 from .common import (
     add_agent_argument,
     agent_name,
@@ -28,7 +28,16 @@ from .common import (
 )
 from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
-__all__ = ["LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
+__all__ = ["ANSWER_TEXT", "LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
+
+ANSWER_TEXT = {
+    Answer.APPROVED: "approved by the person",
+    Answer.DECLINED: "declined by the person",
+    Answer.CANCELLED: "cancelled, not run",
+    Answer.DENIED: "denied by the registry",
+    Answer.NO_APPROVAL: "refused: nobody could approve",
+}
+"""How the STATUS column shows a decision (a call asked about, or refused unasked)."""
 
 _STATUS_STYLES = {Status.OK: "green", Status.ERROR: "red"}
 _COLUMNS = (
@@ -51,6 +60,8 @@ class Listing:
     """Where the journal is, as its store names it."""
     checkpoints: list[Checkpoint]
     changes: list[Change]
+    decisions: list[Decision] = field(default_factory=list)
+    """Calls a person approved or refused, and calls the registry denied (never changes)."""
     hidden_undone: int = 0
     hidden_failed: int = 0
 
@@ -73,8 +84,11 @@ def select(
     after = 0 if floor is None else floor.last_change_id
     changes = [c for c in journal.all_changes() if c.id > after and agent in (None, c.agent)]
     checkpoints = [cp for cp in journal.checkpoints(agent) if floor is None or cp.id >= floor.id]
+    decisions = journal.decisions(floor, agent=agent)
     if everything:
-        return Listing(journal=journal.location, checkpoints=checkpoints, changes=changes)
+        return Listing(
+            journal=journal.location, checkpoints=checkpoints, changes=changes, decisions=decisions
+        )
     undone = [c for c in changes if c.undone_at is not None]
     failed = [c for c in changes if c.undone_at is None and c.status == Status.ERROR]
     shown = [c for c in changes if c.undone_at is None and c.status != Status.ERROR]
@@ -82,21 +96,29 @@ def select(
         journal=journal.location,
         checkpoints=checkpoints,
         changes=shown,
+        decisions=decisions,
         hidden_undone=len(undone),
         hidden_failed=len(failed),
     )
 
 
-def timeline(listing: Listing) -> list[Checkpoint | Change]:
-    """Changes and checkpoints in one list, newest first: a checkpoint sits just above the
-    last change made before it."""
+Entry = Checkpoint | Change | Decision
 
-    def key(entry: Checkpoint | Change) -> tuple[int, int, int]:
+
+def timeline(listing: Listing) -> list[Entry]:
+    """Changes, checkpoints and decisions in one list, newest first: a checkpoint sits just
+    above the last change made before it, a decision above the last change and checkpoint
+    recorded before it."""
+
+    def key(entry: Entry) -> tuple[int, int, int, int, int]:
         if isinstance(entry, Checkpoint):
-            return (entry.last_change_id, 1, entry.id)
-        return (entry.id, 0, 0)
+            return (entry.last_change_id, 1, entry.id, 0, 0)
+        if isinstance(entry, Decision):
+            return (entry.last_change_id, 1, entry.last_checkpoint_id, 1, entry.id)
+        return (entry.id, 0, 0, 0, 0)
 
-    return sorted([*listing.changes, *listing.checkpoints], key=key, reverse=True)
+    entries: list[Entry] = [*listing.changes, *listing.checkpoints, *listing.decisions]
+    return sorted(entries, key=key, reverse=True)
 
 
 # -- output -------------------------------------------------------------------------------
@@ -110,9 +132,10 @@ def status_text(change: Change) -> str:
 
 def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
     lines = [f"compensator log: {listing.journal}", ""]
-    if listing.changes or listing.checkpoints:
+    if listing.changes or listing.checkpoints or listing.decisions:
         # Several agents' changes: a column says whose each one is.
-        several = len({change.agent for change in listing.changes}) > 1
+        agents = {c.agent for c in listing.changes} | {d.agent for d in listing.decisions}
+        several = len(agents) > 1
         rows = [_row(entry, style, width, several) for entry in timeline(listing)]
         columns = (*_COLUMNS[:3], _AGENT_COLUMN, *_COLUMNS[3:]) if several else _COLUMNS
         lines.extend(render_table(columns, rows, width=width, style=style))
@@ -124,9 +147,9 @@ def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
     return "\n".join(lines)
 
 
-def _row(
-    entry: Checkpoint | Change, style: Styler, width: int, several: bool
-) -> Sequence[str | Cell] | Rule:
+def _row(entry: Entry, style: Styler, width: int, several: bool) -> Sequence[str | Cell] | Rule:
+    if isinstance(entry, Decision):
+        return _decision_row(entry, several)
     if isinstance(entry, Checkpoint):
         whose = f"by {agent_name(entry.agent)} " if several else ""
         title = f"── {checkpoint_title(entry)} {whose}"
@@ -143,6 +166,21 @@ def _row(
         entry.classification,
         Cell(text=status_text(entry), style=status_style),
         compact(entry.args),
+    ]
+
+
+def _decision_row(decision: Decision, several: bool) -> Sequence[str | Cell]:
+    """A call asked about or refused: no change id, its answer where a change's status is."""
+    text = ANSWER_TEXT.get(decision.answer, decision.answer)
+    return [
+        local_time(decision.created_at),
+        "-",
+        "-",
+        *([agent_name(decision.agent)] if several else []),
+        decision.tool,
+        decision.classification,
+        Cell(text=text, style="red" if decision.refused else "cyan"),
+        compact(decision.args),
     ]
 
 
@@ -165,6 +203,9 @@ def render_json(listing: Listing) -> str:
             for cp in listing.checkpoints
         ],
         "changes": [_change_json(change) for change in listing.changes],
+        "decisions": [
+            {**d.to_json(), "refused": d.refused, "session": d.session} for d in listing.decisions
+        ],
         "hidden": {"undone": listing.hidden_undone, "failed": listing.hidden_failed},
     }
     return json.dumps(document, indent=2, ensure_ascii=False, default=str)
@@ -187,7 +228,10 @@ examples:
   compensator log --db ./journal.db --all              # undone changes and failed calls too
   compensator log --db ./journal.db --json | jq '.changes[].tool'
 
-Changes are listed newest first with the checkpoints between them. When several agents
+Changes are listed newest first with the checkpoints between them, and the calls a person
+was asked to approve or the registry denied (CHANGE "-"; STATUS says "approved by the
+person", "declined by the person", "denied by the registry", ...): a refused call changed
+nothing and is never undone. When several agents
 share the journal, an AGENT column says whose each change is (a restarted proxy continues its
 agent); --agent NAME shows one agent's. The journal is opened read-only: it is safe while a
 proxy writes it, and a missing journal is an error (exit 1).

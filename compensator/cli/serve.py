@@ -106,6 +106,7 @@ async def _proxy(
             )
         _warn_long_names(pool, client_name)
         proxy = Proxy(registry, journal, pool)
+        relay.on_client_attached(proxy.client_attached)
         server = sdk.build_server(
             "compensator",
             __version__,

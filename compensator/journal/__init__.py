@@ -10,9 +10,11 @@ journal uses and `open_journal`, which picks a backend (`store.py`), and the bac
 from __future__ import annotations
 
 from .records import (
+    Answer,
     Change,
     Checkpoint,
     Compensation,
+    Decision,
     Intent,
     Status,
     StepOutcome,
@@ -24,9 +26,11 @@ from .store import JournalStore, default_journal_path, open_journal
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Answer",
     "Change",
     "Checkpoint",
     "Compensation",
+    "Decision",
     "Intent",
     "JournalStore",
     "SQLiteJournal",

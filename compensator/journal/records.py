@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "Answer",
     "Change",
     "Checkpoint",
     "Compensation",
+    "Decision",
     "Intent",
     "Status",
     "StepOutcome",
@@ -35,6 +37,19 @@ class StepStatus:
     OK = "ok"
     ERROR = "error"  # failed for sure, or never sent: nothing happened
     UNKNOWN = "unknown"  # sent, but no answer (timeout, server died, cancelled)
+
+
+class Answer:
+    """What became of a call that needed a person's approval, or that the registry denies."""
+
+    APPROVED = "approved"  # the person accepted: the call was forwarded
+    DECLINED = "declined"  # the person said no: nothing was sent
+    CANCELLED = "cancelled"  # the person dismissed the question, or the call was cancelled
+    DENIED = "denied"  # the registry denies the call: never forwarded
+    NO_APPROVAL = "no-approval-possible"  # approval was needed and nobody could be asked
+
+    REFUSED = (DECLINED, CANCELLED, DENIED, NO_APPROVAL)
+    """The answers after which nothing was sent to the server."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +134,44 @@ class Change:
         return {
             **{name: getattr(self, name) for name in reads},
             "change": {**self.to_json(), "error": self.error},
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """A call the proxy asked a person about, or refused by the registry's word: who answered
+    what, and where it falls among changes and checkpoints. Never a change: undo ignores it.
+    `last_change_id` and `last_checkpoint_id` are the newest change and checkpoint (of any
+    agent) when it was recorded, 0 when there was none."""
+
+    id: int
+    tool: str
+    classification: str
+    args: Any
+    answer: str
+    reason: str | None
+    created_at: str
+    last_change_id: int
+    last_checkpoint_id: int
+    session: str | None = None
+    agent: str | None = None
+
+    @property
+    def refused(self) -> bool:
+        """Nothing was sent to the server."""
+        return self.answer in Answer.REFUSED
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape `list_changes` reports under `refused`."""
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "classification": self.classification,
+            "answer": self.answer,
+            "reason": self.reason,
+            "args": self.args,
+            "created_at": self.created_at,
+            "agent": self.agent,
         }
 
 

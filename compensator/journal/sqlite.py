@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JournalError
-from .records import Change, Checkpoint, Compensation, Intent, Status, StepOutcome, StepStatus
+from .records import (
+    Answer,
+    Change,
+    Checkpoint,
+    Compensation,
+    Decision,
+    Intent,
+    Status,
+    StepOutcome,
+    StepStatus,
+)
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal"]
 
@@ -92,6 +102,23 @@ MIGRATIONS: tuple[str, ...] = (
     UPDATE changes SET agent = session;
     CREATE INDEX changes_agent ON changes (agent, id);
     """,
+    # 3 -> 4: decisions (calls a person approved or refused, calls the registry denies)
+    """
+    CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tool TEXT NOT NULL,
+        classification TEXT NOT NULL,
+        args TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        reason TEXT,
+        last_change_id INTEGER NOT NULL,
+        last_checkpoint_id INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        session TEXT,
+        agent TEXT
+    );
+    CREATE INDEX decisions_agent ON decisions (agent, id);
+    """,
 )
 """The schema, one script per version: entry N takes a journal from version N to N + 1."""
 
@@ -103,6 +130,10 @@ _CHANGE_COLUMNS = (
     "post_state, post_state_error"
 )
 _CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent"
+_DECISION_COLUMNS = (
+    "id, tool, classification, args, answer, reason, created_at, last_change_id, "
+    "last_checkpoint_id, session, agent"
+)
 _COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid, session"
 _JSON_COLUMNS = ("args", "snapshot", "result", "post_state")
 
@@ -538,6 +569,52 @@ class SQLiteJournal:
     def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
         rows = self._query(f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE {where}", params)
         return [_change(row) for row in rows]
+
+    # -- decisions --------------------------------------------------------------------
+
+    def record_decision(
+        self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
+    ) -> int:
+        with self._transaction() as tx:
+            return tx.insert(
+                "INSERT INTO decisions (tool, classification, args, answer, reason, "
+                "last_change_id, last_checkpoint_id, created_at, session, agent) VALUES "
+                "(?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM changes), "
+                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), ?, ?, ?)",
+                (
+                    tool,
+                    classification,
+                    _dump(args),
+                    answer,
+                    reason,
+                    _now(),
+                    self.session,
+                    self.agent,
+                ),
+            )
+
+    def decisions(
+        self,
+        after_checkpoint: Checkpoint | None = None,
+        *,
+        agent: str | None = None,
+        refused: bool = False,
+    ) -> list[Decision]:
+        where = "1"
+        params: list[Any] = []
+        if after_checkpoint is not None:
+            where += " AND last_checkpoint_id >= ?"
+            params.append(after_checkpoint.id)
+        if agent is not None:
+            where += " AND agent = ?"
+            params.append(agent)
+        if refused:
+            where += f" AND answer IN ({', '.join('?' for _ in Answer.REFUSED)})"
+            params.extend(Answer.REFUSED)
+        rows = self._query(
+            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY id DESC", params
+        )
+        return [Decision(**{**dict(row), "args": _load(row["args"])}) for row in rows]
 
     # -- compensations ----------------------------------------------------------------
 

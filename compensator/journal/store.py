@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from .records import Change, Checkpoint, Compensation, Intent, StepOutcome
+from .records import Change, Checkpoint, Compensation, Decision, Intent, StepOutcome
 from .sqlite import SQLiteJournal
 
 __all__ = ["JournalStore", "default_journal_path", "open_journal"]
@@ -86,6 +86,27 @@ class JournalStore(Protocol):
 
     def all_changes(self) -> list[Change]:
         """Every change, undone ones too, newest first."""
+        ...
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def record_decision(
+        self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
+    ) -> int:
+        """A call a person was asked about (`answer` approved, declined, cancelled), or that
+        was refused without asking (denied, no-approval-possible); `args` redacted already.
+        Its id. Never a change: undo does not see it."""
+        ...
+
+    def decisions(
+        self,
+        after_checkpoint: Checkpoint | None = None,
+        *,
+        agent: str | None = None,
+        refused: bool = False,
+    ) -> list[Decision]:
+        """Newest first; only those recorded after the checkpoint, of the agent, and refused
+        (nothing sent) when given."""
         ...
 
     # -- compensations -------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The proxy core: what happens around each tool call, and undo.
 
 It owns forwarding and journaling (`forwarding.py`), how a call is classified and judged
-(`calls.py`), the gate that keeps mutating calls and undo apart (`gate.py`), when to take an
-automatic checkpoint (`turns.py`), undo itself (`undo.py`) and the meta tools (`meta.py`). It
+(`calls.py`), the guardrails that deny a call or ask the person first (`approval.py`), the
+gate that keeps mutating calls and undo apart (`gate.py`), when to take an automatic
+checkpoint (`turns.py`), undo itself (`undo.py`) and the meta tools (`meta.py`). It
 imports the journal through `JournalStore`, the registry, and compensator.wire for the
 downstream servers; never compensator.cli, but for `__main__.py`, the entry point that makes
 `python -m compensator.proxy` run `compensator serve`.

@@ -12,10 +12,11 @@ import mcp.types as types
 
 from ..classification import Classification
 from ..errors import CompensatorError, DownstreamError, JournalError, MetaArgumentError
-from ..journal import Intent, JournalStore, Status
+from ..journal import Answer, Intent, JournalStore, Status
 from ..registry import Registry, ToolPolicy, redact
-from ..wire import DownstreamPool, RoutedTool
+from ..wire import DownstreamPool, RoutedTool, sdk
 from . import meta
+from .approval import ASK, DENY, FORWARD, Asked, approval_message, ask_person, decide
 from .calls import call_outcome, classify, observed_state, undo_caller
 from .gate import Gate
 from .turns import Turns
@@ -89,6 +90,9 @@ class Proxy:
             if routed is None:
                 return error_result(self.pool.missing_reason(name))
             classification = classify(self.registry, self.pool, name, arguments)
+            refused = await self._guard(name, classification, arguments)
+            if refused is not None:
+                return refused
             if not classification.behaviour.journaled:
                 return await self._forward_read(name, arguments)
             label = self._turns.checkpoint_before(quiet)
@@ -96,6 +100,130 @@ class Proxy:
                 await self._auto_checkpoint(label)
             async with self._gate.shared():
                 return await self._forward_mutating(routed, classification, arguments)
+
+    # -- guardrails --------------------------------------------------------------------
+
+    @property
+    def needs_approval(self) -> bool:
+        """Whether any call can need the person's approval under this registry."""
+        return bool(self.registry.defaults.approve) or any(
+            policy.approve or policy.approve_when is not None
+            for policy in self.registry.tools.values()
+        )
+
+    def client_attached(self, session: Any) -> None:
+        """Say once per client, when it has initialized, how calls needing approval go."""
+        if not self.needs_approval:
+            return
+        if sdk.client_supports(session, "elicitation"):
+            log.info(
+                "approvals: the client supports elicitation, so a call that needs approval is "
+                "put to its person first"
+            )
+        elif self.registry.defaults.on_no_approval == "allow":
+            log.info(
+                "approvals: the client does not support elicitation; calls that need approval "
+                "are forwarded without asking (defaults.on_no_approval: allow)"
+            )
+        else:
+            log.info(
+                "approvals: the client does not support elicitation; calls that need approval "
+                "are refused (defaults.on_no_approval: deny)"
+            )
+
+    async def _guard(
+        self, name: str, classification: Classification, arguments: dict[str, Any]
+    ) -> types.CallToolResult | None:
+        """None when the call may go on; else the error result that refuses it (recorded).
+        Nothing is sent downstream before this returns None."""
+        verdict = decide(self.registry, name, classification, arguments)
+        if verdict.action == FORWARD:
+            return None
+        if verdict.action == DENY:
+            return self._refuse(
+                name, classification, arguments, Asked(answer=Answer.DENIED), verdict.reason
+            )
+        assert verdict.action == ASK
+        call = sdk.CURRENT_CALL.get()
+        capable = call is not None and sdk.client_supports(call.session, "elicitation")
+        if not capable and self.registry.defaults.on_no_approval == "allow":
+            log.info("%s forwarded without approval: the client cannot ask its person", name)
+            return None
+        policy = self.registry.policy(name)
+        try:
+            asked = await ask_person(approval_message(name, classification, arguments, policy))
+        except BaseException:  # cancelled while the person was asked: nothing was sent
+            with anyio.CancelScope(shield=True):
+                why = "the call was cancelled while the person was asked; nothing was sent"
+                self._record_decision(name, classification, arguments, Answer.CANCELLED, why)
+            raise
+        if asked.answer != Answer.APPROVED:
+            return self._refuse(name, classification, arguments, asked, asked.problem)
+        try:
+            self._journal_decision(name, classification, arguments, Answer.APPROVED, None)
+        except JournalError as exc:
+            log.error("refused %s: the approval cannot be recorded: %s", name, exc)
+            return error_result(
+                f"{name} was not called: the person approved it, but the journal cannot "
+                f"record the approval: {exc}. Nothing was sent to the server."
+            )
+        log.info("%s approved by the person", name)
+        return None
+
+    def _refuse(
+        self,
+        name: str,
+        classification: Classification,
+        arguments: dict[str, Any],
+        asked: Asked,
+        reason: str,
+    ) -> types.CallToolResult:
+        """Record a refused call and the error result that tells the agent why."""
+        self._record_decision(name, classification, arguments, asked.answer, reason or None)
+        log.info("%s refused (%s)%s", name, asked.answer, f": {reason}" if reason else "")
+        why = {
+            Answer.DENIED: reason,
+            Answer.DECLINED: "the person declined it",
+            Answer.CANCELLED: "the person cancelled the question without approving it",
+            Answer.NO_APPROVAL: (
+                f"it needs a person's approval, and {reason}"
+                if reason
+                else "it needs a person's approval, and nobody could be asked"
+            ),
+        }[asked.answer]
+        return error_result(f"{name} was not called: {why}. Nothing was sent to the server.")
+
+    def _record_decision(
+        self,
+        name: str,
+        classification: Classification,
+        arguments: dict[str, Any],
+        answer: str,
+        reason: str | None,
+    ) -> None:
+        """Record a refusal; one the journal cannot take is logged (the call is refused
+        anyway, and nothing was sent)."""
+        try:
+            self._journal_decision(name, classification, arguments, answer, reason)
+        except JournalError as exc:
+            log.error("the %s call of %s is not journaled: %s", answer, name, exc)
+
+    def _journal_decision(
+        self,
+        name: str,
+        classification: Classification,
+        arguments: dict[str, Any],
+        answer: str,
+        reason: str | None,
+    ) -> None:
+        policy = self.registry.policy(name)
+        self.journal.record_decision(
+            tool=name,
+            classification=classification.value,
+            args=redact(arguments, "args", policy.redact if policy is not None else ()),
+            answer=answer,
+            reason=reason,
+        )
 
     # -- forwarding --------------------------------------------------------------------
 
@@ -284,7 +412,11 @@ class Proxy:
             if checkpoint is None:
                 raise MetaArgumentError(self._undoer.unknown_checkpoint(checkpoint_id))
         changes = self.journal.open_changes(checkpoint, agent=self.journal.agent)
-        return {"changes": [change.to_json() for change in changes]}
+        refused = self.journal.decisions(checkpoint, agent=self.journal.agent, refused=True)
+        return {
+            "changes": [change.to_json() for change in changes],
+            "refused": [decision.to_json() for decision in refused],
+        }
 
     async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
         checkpoint_id, dry_run, force = meta.parse_undo_to(args)

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..classification import Classification
 from ..errors import RegistryError, did_you_mean
 from . import keys
 from .model import (
@@ -225,7 +226,41 @@ def _defaults(r: Reader, raw: Any) -> Defaults:
     return Defaults(
         trust_read_only_hint=r.flag(raw, "trust_read_only_hint", "defaults"),
         verify=r.flag(raw, "verify", "defaults"),
+        approve=_approve_classes(r, raw.get("approve", []), "defaults.approve"),
+        on_no_approval=_on_no_approval(r, raw.get("on_no_approval", "deny")),
     )
+
+
+def _approve_classes(r: Reader, raw: Any, key: str) -> frozenset[Classification]:
+    """`defaults.approve`: the classifications whose calls need the person's approval."""
+    names = [kind.value for kind in Classification]
+    if not isinstance(raw, list):
+        problem = f"expected a list of classifications, got {describe(raw)}"
+        fix = f"Write e.g. approve: [irreversible, unknown]; allowed: {', '.join(names)}."
+        raise r.error(key, problem, fix)
+    chosen = set()
+    for index, item in enumerate(raw):
+        where = f"{key}[{index}]"
+        text = r.expect(item, str, where)
+        if text not in names:
+            fallback = f"Use one of {', '.join(names)}."
+            raise r.error(
+                where, f"'{text}' is not a classification", did_you_mean(text, names, fallback)
+            )
+        chosen.add(Classification(text))
+    return frozenset(chosen)
+
+
+def _on_no_approval(r: Reader, raw: Any) -> str:
+    key = "defaults.on_no_approval"
+    text = r.expect(raw, str, key)
+    if text not in keys.ON_NO_APPROVAL:
+        fallback = (
+            "Write deny (refuse such a call, the default) or allow (forward it without asking)."
+        )
+        problem = f"'{text}' is not deny or allow"
+        raise r.error(key, problem, did_you_mean(text, keys.ON_NO_APPROVAL, fallback))
+    return text
 
 
 def _checkpoints(r: Reader, raw: Any) -> AutoCheckpoints:

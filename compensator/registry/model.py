@@ -100,6 +100,16 @@ class ToolPolicy:
     verify_args: Template | None = None
     idempotent: bool = False
     redact: tuple[RedactPath, ...] = ()
+    approve: bool | None = None
+    """`approve:` true asks the person before every call, false never; None: not written, so
+    `approve_when`, else the registry's `defaults.approve`, decides."""
+    approve_when: Expression | None = None
+    """Ask the person before the calls whose `args` make it true (and only those)."""
+    deny: str | None = None
+    """Never forward a call of this tool: the reason (`deny: "reason"`), "" for `deny: true`;
+    None when the tool is not denied outright."""
+    deny_when: Expression | None = None
+    """Never forward the calls whose `args` make it true."""
 
     @property
     def verify(self) -> bool:
@@ -147,6 +157,12 @@ class Defaults:
 
     trust_read_only_hint: bool = False
     verify: bool = False
+    approve: frozenset[Classification] = frozenset()
+    """The classifications whose calls need the person's approval unless the tool's entry
+    says otherwise (`unknown`: tools with no entry)."""
+    on_no_approval: str = "deny"
+    """`deny` or `allow`: what happens to a call that needs approval when the client cannot
+    ask its person (it did not advertise `elicitation`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

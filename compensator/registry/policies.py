@@ -61,10 +61,45 @@ def _policy(r: Reader, name: str, raw: Any, key: str, defaults: Defaults) -> Too
         verify_args=verify_args,
         idempotent=r.flag(raw, "idempotent", key),
         redact=_redactions(r, raw.get("redact", []), f"{key}.redact"),
+        approve=r.optional(raw, "approve", key, lambda v, k: r.expect(v, bool, k)),
+        approve_when=r.optional(raw, "approve_when", key, r.condition),
+        deny=r.optional(raw, "deny", key, lambda v, k: _deny(r, v, k)),
+        deny_when=r.optional(raw, "deny_when", key, r.condition),
     )
+    _check_guards(r, raw, key)
     _check_contexts(r, policy)
     _check_redactions(r, policy, f"{key}.redact")
     return policy
+
+
+def _deny(r: Reader, value: Any, key: str) -> str | None:
+    """`deny:` true (""), false (None) or a reason for the person and the agent."""
+    fix = 'Write deny: true, or deny: "why it must never run" (a reason the agent is told).'
+    if isinstance(value, bool):
+        return "" if value else None
+    if not isinstance(value, str):
+        raise r.error(key, f"expected true, false or a reason, got {describe(value)}", fix)
+    if not value.strip():
+        raise r.error(key, "the reason is empty", fix)
+    return value.strip()
+
+
+def _check_guards(r: Reader, raw: dict[str, Any], key: str) -> None:
+    """The guard keys that contradict each other."""
+    if "approve" in raw and "approve_when" in raw:
+        problem = "approve and approve_when are both given"
+        fix = "Use approve: true (or false) for every call, or approve_when for some, not both."
+        raise r.error(f"{key}.approve_when", problem, fix)
+    denied = raw.get("deny", False) is not False
+    if denied and "deny_when" in raw:
+        problem = "deny and deny_when are both given, so deny_when would never decide"
+        fix = "Use deny for every call, or deny_when for some, not both."
+        raise r.error(f"{key}.deny_when", problem, fix)
+    for name in ("approve", "approve_when"):
+        if denied and raw.get(name, False) is not False:
+            problem = f"the tool is denied, so {name} would never be asked"
+            fix = f"Remove {name}, or remove deny (use deny_when to deny only some calls)."
+            raise r.error(f"{key}.{name}", problem, fix)
 
 
 def _classification(r: Reader, value: Any, key: str) -> Classification:
@@ -215,6 +250,11 @@ def _check_contexts(r: Reader, policy: ToolPolicy) -> None:
         r.restrict([policy.error_when], {"result", "args"}, why)
     if policy.mutating_when is not None:
         r.restrict([policy.mutating_when], {"args"}, "mutating_when sees only args")
+    for name in ("approve_when", "deny_when"):
+        condition = getattr(policy, name)
+        if condition is not None:
+            why = f"{name} is decided before the call, when only args is known"
+            r.restrict([condition], {"args"}, why)
     if policy.verify_args is not None:
         why = "the drift check's read is built from the call's args and result"
         r.restrict(policy.verify_args.expressions(), {"args", "result"}, why)

@@ -102,6 +102,7 @@ class Relay:
         self._refreshing: set[tuple[str, str]] = set()
         self._again: set[tuple[str, str]] = set()
         self._roots_asked_early: set[str] = set()
+        self._client_hooks: list[Callable[[Any], None]] = []
 
     async def __aenter__(self) -> Relay:
         self._group = anyio.create_task_group()
@@ -126,6 +127,10 @@ class Relay:
         if kind not in _CATALOG_KINDS:
             raise ValueError(f"on_list_changed: kind must be one of {sorted(_CATALOG_KINDS)}")
         self._refreshers[kind] = refresh
+
+    def on_client_attached(self, hook: Callable[[Any], None]) -> None:
+        """Call `hook(session)` each time a client session has finished initializing."""
+        self._client_hooks.append(hook)
 
     def handlers(self) -> sdk.RelayHandlers:
         """What the proxy's server calls for the client's non-tool messages."""
@@ -190,6 +195,11 @@ class Relay:
         key = sdk.client_key(session)
         sdk.on_client_closed(session, lambda: self._forget(key))
         log.debug("client connected (%d now); relaying notifications to it", len(self._clients))
+        for hook in self._client_hooks:
+            try:
+                hook(session)
+            except Exception:
+                log.exception("a hook on the client's start failed")
         if self._roots_asked_early and sdk.client_supports(session, "roots"):
             asked, self._roots_asked_early = self._roots_asked_early, set()
             log.info(

@@ -24,6 +24,7 @@ __all__ = [
     "ask_client",
     "client_key",
     "client_supports",
+    "elicit",
     "handling_call",
     "install_relay",
     "notify_client",
@@ -167,6 +168,21 @@ async def ask_client(
 
     metadata = ServerMessageMetadata(related_request_id=related_request_id)
     return await session.send_request(request, result_type, metadata=metadata)
+
+
+async def elicit(session: Any, message: str, related_request_id: Any = None) -> str:
+    """Ask the person at the client of `session` an `elicitation/create` with `message` and
+    nothing to fill in (the answer is the action alone): "accept", "decline" or "cancel".
+    Raises SDKError with the client's own error, or when the connection is gone."""
+    # Both lines validate the same wire shape (2.x picks the form variant of its params union).
+    request = types.ElicitRequest.model_validate(
+        {
+            "method": "elicitation/create",
+            "params": {"message": message, "requestedSchema": {"type": "object", "properties": {}}},
+        }
+    )
+    result = await ask_client(session, request, types.ElicitResult, related_request_id)
+    return str(result.action)
 
 
 def on_client_closed(session: Any, callback: Callable[[], None]) -> None:
