@@ -259,3 +259,48 @@ async def test_compensator_log_shows_the_refusal(proxy, registry, tmp_path: Path
     change = next(line for line in lines if "tasks__add_task" in line)
     assert lines.index(refusal) < lines.index(change), "newest first: the refusal came later"
     assert "declined by the person" not in change
+
+
+async def test_explain_says_what_the_guardrails_do_before_a_call(proxy, registry, tmp_path: Path):
+    """An agent that asks before calling learns what the person or the registry will do, and
+    `compensator explain` shows the same."""
+    async with proxy(registry()) as client:
+        explained = {
+            tool: await client.call_ok("explain_blast_radius", {"tool": tool})
+            for tool in (
+                "tasks__delete_task",
+                "tasks__add_task",
+                "tasks__complete_task",
+                "tasks__restore_task",
+                "tasks__list_tasks",
+            )
+        }
+    denied = explained["tasks__delete_task"]
+    assert denied["guardrails"] == {"deny": "deleting is for people", "approve": False}
+    assert "Denied by the registry (deleting is for people)" in denied["explanation"]
+    added = explained["tasks__add_task"]
+    assert added["guardrails"] == {
+        "deny": "when contains(args.title, 'forbidden')",
+        "approve": "when args.title == 'ask me'",
+    }
+    assert "calls where `args.title == 'ask me'` holds" in added["explanation"]
+    assert "a client that cannot ask gets it refused" in added["explanation"]
+    assert explained["tasks__complete_task"]["guardrails"] == {"deny": False, "approve": True}
+    # No entry, so unknown, which defaults.approve lists.
+    assert explained["tasks__restore_task"]["guardrails"] == {"deny": False, "approve": True}
+    assert explained["tasks__list_tasks"]["guardrails"] == {"deny": False, "approve": False}
+    assert "asks the person" not in explained["tasks__list_tasks"]["explanation"]
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "compensator", "explain", "--config", str(registry("allow"))]
+        + ["tasks__add_task"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+    ).stdout
+    lines = [" ".join(line.split()) for line in shown.splitlines()]
+    assert "denied when contains(args.title, 'forbidden')" in lines
+    assert "asks first when args.title == 'ask me'" in lines
+    assert "a client that cannot ask gets it sent unasked" in " ".join(lines)

@@ -78,9 +78,19 @@ def render_explanation(explained: Mapping[str, Any], *, width: int, style: Style
         when = f"\n   when {step['when']}" if "when" in step else ""
         label = "inverse" if index == 1 else ""
         lines += _field(label, f"{index}. {step['tool']} {compact(step['args'])}{when}", width)
+    guard = explained.get("guardrails") or {}
+    if guard.get("deny"):
+        lines += _field("denied", _guard_value(guard["deny"], "always"), width)
+    if guard.get("approve"):
+        lines += _field("asks first", _guard_value(guard["approve"], "every call"), width)
     lines.append("")
     lines.extend(wrap(str(explained["explanation"]), width))
     return "\n".join(lines)
+
+
+def _guard_value(value: Any, always: str) -> str:
+    """`true` reads as `always`; a reason or a `when ...` condition as it is."""
+    return always if value is True else str(value)
 
 
 def _tone(kind: Classification) -> str:

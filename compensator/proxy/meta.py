@@ -7,7 +7,7 @@ from typing import Any
 
 from ..classification import Classification
 from ..errors import MetaArgumentError
-from ..registry import Registry, ToolPolicy
+from ..registry import Defaults, Registry, ToolPolicy
 from ..wire import DownstreamPool
 from .calls import classify
 
@@ -203,9 +203,14 @@ def parse_explain(args: Mapping[str, Any]) -> str:
 
 
 def explain(
-    tool: str, classification: Classification, policy: ToolPolicy | None, annotations: Mapping
+    tool: str,
+    classification: Classification,
+    policy: ToolPolicy | None,
+    annotations: Mapping,
+    defaults: Defaults | None = None,
 ) -> dict[str, Any]:
-    """What undo would and would not do after `tool`, for an agent to read before calling it."""
+    """What undo would and would not do after `tool`, and whether the registry's guardrails
+    deny its calls or ask the person first, for an agent to read before calling it."""
     text = classification.explanation(
         tool,
         snapshot_tool=policy.snapshot_tool if policy else None,
@@ -230,6 +235,7 @@ def explain(
             f" A result matching `{policy.error_when.source}` counts as a failed call: "
             "journaled, never compensated."
         )
+    guard, said = _guardrails(classification, policy, defaults or Defaults())
     return {
         "tool": tool,
         "classification": classification.value,
@@ -237,8 +243,42 @@ def explain(
         "undoable": classification.behaviour.undoable,
         "snapshot": _snapshot(policy),
         "inverse": [_step(step) for step in policy.inverse] if policy else [],
-        "explanation": text,
+        "guardrails": guard,
+        "explanation": text + said,
     }
+
+
+def _guardrails(
+    classification: Classification, policy: ToolPolicy | None, defaults: Defaults
+) -> tuple[dict[str, Any], str]:
+    """The registry's `deny*` and `approve*` for the tool (in the order the proxy applies
+    them, compensator/proxy/approval.py) as a record and as sentences."""
+    deny: str | bool = False
+    approve: str | bool = False
+    said = ""
+    if policy is not None and policy.deny is not None:
+        deny = policy.deny or True
+        reason = f" ({policy.deny})" if policy.deny else ""
+        return {"deny": deny, "approve": False}, (
+            f" Denied by the registry{reason}: the proxy never sends its calls."
+        )
+    if policy is not None and policy.deny_when is not None:
+        deny = f"when {policy.deny_when.source}"
+        said += f" Calls where `{policy.deny_when.source}` holds are denied, never sent."
+    if policy is not None and policy.approve is not None:
+        approve = policy.approve
+    elif policy is not None and policy.approve_when is not None:
+        approve = f"when {policy.approve_when.source}"
+    else:
+        approve = classification in defaults.approve
+    if approve:
+        which = "each call" if approve is True else f"calls where `{approve[5:]}` holds"
+        unasked = "refused" if defaults.on_no_approval == "deny" else "sent unasked"
+        said += (
+            f" The proxy asks the person before {which} (elicitation); a declined call is "
+            f"not sent, and a client that cannot ask gets it {unasked}."
+        )
+    return {"deny": deny, "approve": approve}, said
 
 
 def explain_tool(registry: Registry, pool: DownstreamPool, tool: str) -> dict[str, Any]:
@@ -251,7 +291,7 @@ def explain_tool(registry: Registry, pool: DownstreamPool, tool: str) -> dict[st
         )
     annotations = routed.annotations if routed is not None else {}
     policy = registry.policy(tool)
-    return explain(tool, classify(registry, pool, tool), policy, annotations)
+    return explain(tool, classify(registry, pool, tool), policy, annotations, registry.defaults)
 
 
 def _snapshot(policy: ToolPolicy | None) -> dict[str, Any] | None:
