@@ -274,6 +274,8 @@ def test_args_paths_the_tool_does_not_take_are_errors(tasks_registry: Writer):
             classification: compensable
             mutating_when: "!(args.dryrun)"
             error_when: "args.force && result.ok == `false`"
+            deny_when: "args.titel == 'x'"
+            approve_when: "args.dry_run"
             snapshot_tool: tasks__get_task
             snapshot_args: {id: "{args.idd}"}
             inverse:
@@ -288,12 +290,14 @@ def test_args_paths_the_tool_does_not_take_are_errors(tasks_registry: Writer):
         (f"{base}.mutating_when", "dryrun", "Did you mean 'args.dry_run'?"),
         (f"{base}.error_when", "force", "It takes: dry_run, id, title."),
         (f"{base}.snapshot_args.id", "idd", "Did you mean 'args.id'?"),
+        (f"{base}.deny_when", "titel", "Did you mean 'args.title'?"),  # it would never deny
     ]:
         finding = found[key]
         assert finding["severity"] == "error" and finding["tool"] == "tasks__rename_task"
         assert f"reads args.{name}, but tasks__rename_task takes no argument" in finding["message"]
         assert fix in finding["message"]
     assert f"{base}.inverse[0].when" not in found  # args.title exists
+    assert f"{base}.approve_when" not in found  # args.dry_run exists
 
 
 def test_inverse_args_that_do_not_fit_the_target_schema_are_errors(tasks_registry: Writer):

@@ -16,10 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 
 from compensator.journal import SQLiteJournal
+from compensator.proxy.approval import VALUE_LIMIT, argument_summary
 from pytest_compensator.client import ProxyClient
 
 pytestmark = pytest.mark.anyio
@@ -291,9 +293,9 @@ async def test_explain_says_what_the_guardrails_do_before_a_call(proxy, registry
     assert explained["tasks__list_tasks"]["guardrails"] == {"deny": False, "approve": False}
     assert "asks the person" not in explained["tasks__list_tasks"]["explanation"]
 
+    explain = [sys.executable, "-m", "compensator", "explain", "--config", str(registry("allow"))]
     shown = subprocess.run(
-        [sys.executable, "-m", "compensator", "explain", "--config", str(registry("allow"))]
-        + ["tasks__add_task"],
+        [*explain, "tasks__add_task"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -304,3 +306,40 @@ async def test_explain_says_what_the_guardrails_do_before_a_call(proxy, registry
     assert "denied when contains(args.title, 'forbidden')" in lines
     assert "asks first when args.title == 'ask me'" in lines
     assert "a client that cannot ask gets it sent unasked" in " ".join(lines)
+
+
+def test_a_long_argument_cannot_push_another_out_of_sight():
+    shown = argument_summary(
+        {"content": "x" * 1000, "path": "/etc/shadow", "bidi": "a\u202eb"}, None
+    )
+    assert '"path": "/etc/shadow"' in shown
+    assert f'"content": "{"x" * (VALUE_LIMIT - 1)}… ({1002 - VALUE_LIMIT} more characters)' in shown
+    assert '"bidi": "a\\u202eb"' in shown and "\u202e" not in shown
+
+
+async def test_a_person_who_never_answers_refuses_the_call(
+    proxy, registry, write_registry, tmp_path: Path
+):
+    """The question is dropped after `approval_timeout`: the call is refused and unsent, and
+    the proxy serves on (the client's callback never returns)."""
+    text = REGISTRY.replace("@ON_NO_APPROVAL@", "deny").replace(
+        "  on_no_approval:", "  approval_timeout: 0.5\n  on_no_approval:"
+    )
+    asked = anyio.Event()
+
+    async def silent(context: Any, params: Any) -> Any:
+        asked.set()
+        await anyio.sleep_forever()
+
+    async with proxy(
+        write_registry(text), session_options={"elicitation_callback": silent}
+    ) as client:
+        task = await client.call_ok("tasks__add_task", {"title": "plain"})
+        refused = await client.call("tasks__complete_task", {"id": task["id"]})
+        assert asked.is_set()
+        assert refused.is_error and "did not answer within 0.5 s" in refused.text
+        assert (await tasks(client))[task["id"]]["status"] != "done", "nothing was sent"
+    assert decisions(tmp_path / "journal.db")[-1][:2] == (
+        "tasks__complete_task",
+        "no-approval-possible",
+    )

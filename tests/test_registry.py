@@ -1023,6 +1023,12 @@ def test_guard_keys_are_read(tmp_path: Path) -> None:
             "'alow' is not deny or allow. Did you mean 'allow'?",
         ),
         (
+            HEAD + "defaults: {approval_timeout: 0}\n",
+            "defaults.approval_timeout",
+            "approval_timeout",
+            "expected a number of seconds greater than 0, got 0",
+        ),
+        (
             HEAD + "defaults: {on_no_approval: maybe}\n",
             "defaults.on_no_approval",
             "maybe",

@@ -662,6 +662,7 @@ async def test_missing_or_unusable_token_is_a_usage_error(
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("compensator: "), stderr
     assert expected in lines[0], stderr
+    assert "s3cr3t" not in stderr, "a token given in place of a name is not repeated"
     assert not (tmp_path / "journal.db").exists(), "nothing may start without its token"
 
 

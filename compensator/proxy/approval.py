@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from ..classification import Classification
 from ..errors import CompensatorError
@@ -27,8 +30,9 @@ log = logging.getLogger(__name__)
 
 FORWARD, ASK, DENY = "forward", "ask", "deny"
 
-SUMMARY_LIMIT = 400
-"""Characters of the arguments shown to the person; the rest is cut with an ellipsis."""
+VALUE_LIMIT = 120
+"""Characters of one argument's value shown to the person; the rest is cut, saying how much.
+Every key is always shown, so no argument can be pushed out of sight by a long one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,33 +57,51 @@ def decide(
         if policy.deny is not None:
             said = f": {policy.deny}" if policy.deny else ""
             return Verdict(action=DENY, reason=f"denied by the registry{said}")
-        if policy.deny_when is not None and _holds(policy.deny_when, context, name, default=True):
-            source = policy.deny_when.source
-            reason = f"denied by the registry: deny_when `{source}` holds for these arguments"
-            return Verdict(action=DENY, reason=reason)
+        if policy.deny_when is not None:
+            holds, failed = _holds(policy.deny_when, context, name, default=True)
+            if holds:
+                source = policy.deny_when.source
+                why = "could not be evaluated, so" if failed else "holds for these arguments:"
+                reason = f"denied by the registry: deny_when `{source}` {why} denied"
+                return Verdict(action=DENY, reason=reason)
         if policy.approve is not None:
             return Verdict(action=ASK if policy.approve else FORWARD)
         if policy.approve_when is not None:
-            asked = _holds(policy.approve_when, context, name, default=True)
+            asked, _ = _holds(policy.approve_when, context, name, default=True)
             return Verdict(action=ASK if asked else FORWARD)
     if classification in registry.defaults.approve:
         return Verdict(action=ASK)
     return Verdict(action=FORWARD)
 
 
-def _holds(condition: Expression, context: Mapping[str, Any], tool: str, *, default: bool) -> bool:
+def _holds(
+    condition: Expression, context: Mapping[str, Any], tool: str, *, default: bool
+) -> tuple[bool, bool]:
+    """(whether `condition` holds, whether it failed and `default` stands in)."""
     try:
-        return condition.truthy(context)
+        return condition.truthy(context), False
     except CompensatorError as exc:
         log.warning("%s (a call of %s); taking it as %s", exc, tool, default)
-        return default
+        return default, True
 
 
 def argument_summary(arguments: Mapping[str, Any], policy: ToolPolicy | None) -> str:
-    """The arguments as one line of JSON, with the tool's `redact:` values hidden, cut short."""
+    """The arguments, every key shown, each value as JSON (the tool's `redact:` values
+    hidden) cut at VALUE_LIMIT characters; invisible format characters (bidi controls,
+    zero-width ones) are escaped so the text reads as it is."""
     hidden = redact(dict(arguments), "args", policy.redact if policy is not None else ())
-    text = json.dumps(hidden, ensure_ascii=False, default=str, separators=(", ", ": "))
-    return text if len(text) <= SUMMARY_LIMIT else text[: SUMMARY_LIMIT - 1] + "…"
+    parts = []
+    for key, value in hidden.items():
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+        if len(text) > VALUE_LIMIT:
+            text = f"{text[:VALUE_LIMIT]}… ({len(text) - VALUE_LIMIT} more characters)"
+        parts.append(f"{json.dumps(str(key), ensure_ascii=False)}: {text}")
+    return _visible("{" + ", ".join(parts) + "}")
+
+
+def _visible(text: str) -> str:
+    """`text` with Unicode format characters (category Cf) written as \\uXXXX."""
+    return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c) == "Cf" else c for c in text)
 
 
 def approval_message(
@@ -109,14 +131,19 @@ class Asked:
 _ACTIONS = {"accept": Answer.APPROVED, "decline": Answer.DECLINED, "cancel": Answer.CANCELLED}
 
 
-async def ask_person(message: str) -> Asked:
-    """Ask the person at the client whose `tools/call` is being handled."""
+async def ask_person(message: str, timeout: float) -> Asked:
+    """Ask the person at the client whose `tools/call` is being handled; no answer within
+    `timeout` seconds is a refusal."""
     call = sdk.CURRENT_CALL.get()
     if call is None or not sdk.client_supports(call.session, "elicitation"):
         problem = "the client cannot ask its person (it did not advertise elicitation)"
         return Asked(answer=Answer.NO_APPROVAL, problem=problem)
     try:
-        action = await sdk.elicit(call.session, message, call.request_id)
+        with anyio.move_on_after(timeout) as waited:
+            action = await sdk.elicit(call.session, message, call.request_id)
+        if waited.cancelled_caught:
+            problem = f"the person did not answer within {timeout:g} s"
+            return Asked(answer=Answer.NO_APPROVAL, problem=problem)
     except sdk.SDKError as exc:
         _, text, _ = sdk.error_data(exc)
         return Asked(answer=Answer.NO_APPROVAL, problem=f"asking the person failed: {text}")

@@ -151,7 +151,8 @@ class Proxy:
             return None
         policy = self.registry.policy(name)
         try:
-            asked = await ask_person(approval_message(name, classification, arguments, policy))
+            message = approval_message(name, classification, arguments, policy)
+            asked = await ask_person(message, self.registry.defaults.approval_timeout)
         except BaseException:  # cancelled while the person was asked: nothing was sent
             with anyio.CancelScope(shield=True):
                 why = "the call was cancelled while the person was asked; nothing was sent"

@@ -7,7 +7,6 @@ __all__ = [
     "CHECKPOINTS",
     "COMMAND_ONLY",
     "DEFAULTS",
-    "GUARDS",
     "ON_NO_APPROVAL",
     "POLICY",
     "RESET",
@@ -34,7 +33,7 @@ SERVER = (
 )
 COMMAND_ONLY = ("args", "env", "cwd")
 """Server keys that only a server started with `command:` can use (not a `url:` one)."""
-DEFAULTS = ("trust_read_only_hint", "verify", "approve", "on_no_approval")
+DEFAULTS = ("trust_read_only_hint", "verify", "approve", "on_no_approval", "approval_timeout")
 ON_NO_APPROVAL = ("deny", "allow")
 """What `defaults.on_no_approval` may say: refuse, or forward unasked, a call that needs
 approval when the client cannot ask its person (no `elicitation` capability)."""
@@ -60,8 +59,6 @@ POLICY = (
     "deny",
     "deny_when",
 )
-GUARDS = ("approve", "approve_when", "deny", "deny_when")
-"""Policy keys that decide whether a call is forwarded at all: ask the person first, or never."""
 UNDO = ("inverse_tool", "inverse_args", "inverse", "snapshot_tool", "snapshot_args")
 """Policy keys that only an undoable tool can use."""
 STEP = ("tool", "args", "when")

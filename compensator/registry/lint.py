@@ -309,6 +309,9 @@ def _policy_expressions(policy: ToolPolicy) -> Iterator[Expression]:
         yield policy.error_when
     if policy.mutating_when is not None:
         yield policy.mutating_when
+    for guard in (policy.approve_when, policy.deny_when):  # a misspelt argument disarms these
+        if guard is not None:
+            yield guard
 
 
 def _check_annotations(policy: ToolPolicy, live: LiveView) -> Iterator[Finding]:

@@ -228,6 +228,7 @@ def _defaults(r: Reader, raw: Any) -> Defaults:
         verify=r.flag(raw, "verify", "defaults"),
         approve=_approve_classes(r, raw.get("approve", []), "defaults.approve"),
         on_no_approval=_on_no_approval(r, raw.get("on_no_approval", "deny")),
+        approval_timeout=r.optional(raw, "approval_timeout", "defaults", r.seconds) or 300.0,
     )
 
 

@@ -163,6 +163,8 @@ class Defaults:
     on_no_approval: str = "deny"
     """`deny` or `allow`: what happens to a call that needs approval when the client cannot
     ask its person (it did not advertise `elicitation`)."""
+    approval_timeout: float = 300.0
+    """Seconds to wait for the person's answer; then the call is refused, never sent."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -252,7 +252,8 @@ def read_token(variable: str | None, environ: Mapping[str, str]) -> tuple[str, s
         if not _VARIABLE_NAME.fullmatch(variable):
             raise HttpError(
                 f"--token-env takes the name of an environment variable that holds the token, "
-                f"not the token itself ({variable!r} is not such a name); e.g. export "
+                f"not the token itself (the value given, {len(variable)} characters, is not "
+                "such a name, and is not repeated here); e.g. export "
                 f'MY_TOKEN="$(openssl rand -hex 32)" and pass --token-env MY_TOKEN'
             )
     value = environ.get(variable)
