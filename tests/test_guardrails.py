@@ -318,21 +318,25 @@ def test_a_long_argument_cannot_push_another_out_of_sight():
 
 
 async def test_a_person_who_never_answers_refuses_the_call(
-    proxy, registry, write_registry, tmp_path: Path
+    proxy, registry, write_registry, proxy_log, tmp_path: Path
 ):
-    """The question is dropped after `approval_timeout`: the call is refused and unsent, and
-    the proxy serves on (the client's callback never returns)."""
+    """The question is dropped after `approval_timeout`: the call is refused and unsent, and a
+    late answer changes nothing. (The person answers only once the proxy has given up: mcp 1.x
+    clients handle a request inline, so one that never answered would never read the result.)"""
     text = REGISTRY.replace("@ON_NO_APPROVAL@", "deny").replace(
         "  on_no_approval:", "  approval_timeout: 0.5\n  on_no_approval:"
     )
     asked = anyio.Event()
 
-    async def silent(context: Any, params: Any) -> Any:
+    async def late(context: Any, params: Any) -> Any:
         asked.set()
-        await anyio.sleep_forever()
+        with anyio.fail_after(60):
+            while "refused (no-approval-possible)" not in proxy_log():
+                await anyio.sleep(0.05)  # until the proxy has logged that it gave up
+        return types.ElicitResult(action="accept")
 
     async with proxy(
-        write_registry(text), session_options={"elicitation_callback": silent}
+        write_registry(text), session_options={"elicitation_callback": late}
     ) as client:
         task = await client.call_ok("tasks__add_task", {"title": "plain"})
         refused = await client.call("tasks__complete_task", {"id": task["id"]})
