@@ -41,6 +41,13 @@ def third_party_servers(*needed: str, node: bool = False) -> Path:
     return root
 
 
+def use_third_party_servers(monkeypatch: pytest.MonkeyPatch, *needed: str) -> Path:
+    """`third_party_servers(*needed)`, exported as COMPENSATOR_SERVERS for the registries."""
+    root = third_party_servers(*needed)
+    monkeypatch.setenv("COMPENSATOR_SERVERS", str(root))
+    return root
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

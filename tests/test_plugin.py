@@ -33,6 +33,17 @@ def run_quick(pytester: pytest.Pytester, config: Path, *args: str) -> pytest.Run
     return run(pytester, *options, *args)
 
 
+def caught_undoing(pytester: pytest.Pytester, config: Path, tool: str) -> str:
+    """Run `tool`'s round trip under a registry whose undo of it is broken; assert that the
+    plugin fails it for not restoring the state, and return the output."""
+    result = run_quick(pytester, config, "-k", f"roundtrip and {tool}")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert f"roundtrip[{tool}]" in out
+    assert "did not restore the state at the checkpoint" in out
+    return out
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--compensator-seed", SEED, *args

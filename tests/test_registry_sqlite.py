@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REGISTRIES, third_party_servers
-from .test_plugin import run_quick
+from .conftest import REGISTRIES, use_third_party_servers
+from .test_plugin import caught_undoing, run_quick
 
 REGISTRY = REGISTRIES / "sqlite.yaml"
 BINARY = "sqlite/bin/mcp-server-sqlite"
@@ -20,9 +20,7 @@ REINSERT_STEP = (
 
 @pytest.fixture
 def servers(monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = third_party_servers(BINARY)
-    monkeypatch.setenv("COMPENSATOR_SERVERS", str(root))
-    return root
+    return use_third_party_servers(monkeypatch, BINARY)
 
 
 def without_reinsert(folder: Path) -> Path:
@@ -49,11 +47,7 @@ def test_sqlite_registry_without_reinsert_fails_naming_the_tool(
     pytester: pytest.Pytester, servers: Path
 ):
     config = without_reinsert(pytester.path)
-    result = run_quick(pytester, config, "-k", "roundtrip and sqlite__write_query")
-    assert result.ret == 1
-    out = result.stdout.str()
-    assert "roundtrip[sqlite__write_query]" in out
-    assert "did not restore the state at the checkpoint" in out
+    out = caught_undoing(pytester, config, "sqlite__write_query")
     assert "tools undone: sqlite__write_query" in out
 
 
