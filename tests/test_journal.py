@@ -395,7 +395,7 @@ def test_a_journal_of_schema_3_migrates_and_keeps_its_changes(tmp_path: Path):
     db.close()
     journal = Journal(path)
     try:
-        assert journal.pragma("user_version") == SCHEMA_VERSION == 4
+        assert journal.pragma("user_version") == SCHEMA_VERSION == 5
         assert journal.decisions() == []
         journal.record_decision(
             tool="s__a", classification="reversible", args={}, answer=Answer.DENIED

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..clients import Source, discover, sources_of
 from ..errors import CompensatorError
-from ..journal import Checkpoint, JournalStore, default_journal_path
+from ..journal import Checkpoint, JournalStore, default_journal_path, journal_address
 
 __all__ = [
     "add_agent_argument",
@@ -32,7 +32,7 @@ def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> 
     """`--config REGISTRY` (required) and `--db JOURNAL`, as the subcommands that act on a
     registry's journal take them."""
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
-    parser.add_argument("--db", type=Path, default=None, help=db_help)
+    parser.add_argument("--db", type=journal_address, default=None, help=db_help)
 
 
 def add_agent_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -49,8 +49,9 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def journal_path(db: Path | None, config: Path | None) -> Path:
-    """`--db`, else where `serve --config` keeps its journal ($COMPENSATOR_DB, else per config)."""
+def journal_path(db: str | Path | None, config: Path | None) -> str | Path:
+    """`--db`, else where `serve --config` keeps its journal ($COMPENSATOR_DB, else per config):
+    a file path, or a PostgreSQL URL."""
     if db is not None:
         return db
     if config is None:

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CompensatorError
-from ..journal import Answer, Change, Checkpoint, Decision, JournalStore, Status, open_journal
+from ..journal import (
+    Answer,
+    Change,
+    Checkpoint,
+    Decision,
+    JournalStore,
+    Status,
+    journal_address,
+    open_journal,
+)
 from .common import (
     add_agent_argument,
     agent_name,
@@ -239,7 +248,12 @@ proxy writes it, and a missing journal is an error (exit 1).
 
 
 def add_log_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", type=Path, default=None, help="the journal file")
+    parser.add_argument(
+        "--db",
+        type=journal_address,
+        default=None,
+        help="the journal: a file, or a postgresql:// URL",
+    )
     parser.add_argument(
         "--config",
         type=Path,

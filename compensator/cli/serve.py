@@ -40,24 +40,30 @@ log = logging.getLogger(__name__)
 
 async def serve(
     config: Path,
-    db: Path,
+    db: str | Path,
     fsync: bool = False,
     http: HttpEndpoint | None = None,
     client_name: str = CLIENT_NAME,
     agent: str | None = None,
+    scope: str | None = None,
 ) -> None:
     """Load the registry, start the downstream servers, and serve one client over stdio, or
     any number over streamable HTTP on `http` (compensator/wire/http_serve.py). `client_name` is
     what the client calls the proxy, for the start-up warning about long tool names. `agent`
-    names the agent this proxy works for (None: it continues the last one that ended).
+    names the agent this proxy works for (None: it continues the last one that ended), and
+    `scope` the shared journal scope it joins (None: none).
 
     Over stdio the servers start once the client's `initialize` has arrived, so that they are
     offered the sampling, elicitation and roots support of that client and no other (an MCP
     client sends it at once; the answer waits for the servers, as it always did)."""
     registry = load_registry(config, environ=registry_environment())
-    journal = open_journal(db, fsync=fsync, agent=agent)
+    journal = open_journal(db, fsync=fsync, agent=agent, scope=scope)
     log.info(
-        "journal: %s, session: %s, agent: %s", journal.location, journal.session, journal.agent
+        "journal: %s, session: %s, agent: %s%s",
+        journal.location,
+        journal.session,
+        journal.agent,
+        f", shared scope: {scope}" if scope else "",
     )
     _report_unknown(journal)
     try:
@@ -158,8 +164,10 @@ def _report_unknown(journal: JournalStore) -> None:
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     add_registry_arguments(
         parser,
-        db_help="the journal file (default: $COMPENSATOR_DB, else a file per config under "
-        "$XDG_STATE_HOME/mcp-compensator, i.e. ~/.local/state/mcp-compensator)",
+        db_help="the journal: a SQLite file, or a postgresql://USER:PASSWORD@HOST:PORT/DB URL "
+        "that proxies on many machines can share (needs mcp-compensator[postgres]). Default: "
+        "$COMPENSATOR_DB, else a file per config under $XDG_STATE_HOME/mcp-compensator, i.e. "
+        "~/.local/state/mcp-compensator",
     )
     parser.add_argument(
         "--log-level",
@@ -174,7 +182,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sync every journal commit to disk (SQLite synchronous=FULL), so that even a power "
         "cut loses no journaled call; costs about 1 ms per mutating call. Without it, a "
-        "crashed or killed proxy still loses nothing",
+        "crashed or killed proxy still loses nothing. On PostgreSQL: synchronous_commit=on, "
+        "which is the server's default anyway",
+    )
+    parser.add_argument(
+        "--journal-scope",
+        metavar="NAME",
+        default=os.environ.get("COMPENSATOR_JOURNAL_SCOPE") or None,
+        help="join the shared scope NAME: checkpoints, list_changes and undo_to then cover the "
+        "changes of every agent that joined it (on any machine sharing the journal), not only "
+        "this agent's. Off by default: an agent undoes only its own changes. Default: "
+        "$COMPENSATOR_JOURNAL_SCOPE",
     )
     parser.add_argument(
         "--agent",
@@ -244,10 +262,11 @@ def run_serve(args: argparse.Namespace) -> int:
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
     db = args.db if args.db is not None else default_journal_path(args.config)
+    scope = getattr(args, "journal_scope", None)
     try:
         client_name = getattr(args, "client_name", CLIENT_NAME)
         agent = getattr(args, "agent", None)
-        anyio.run(serve, args.config, db, args.fsync, http, client_name, agent)
+        anyio.run(serve, args.config, db, args.fsync, http, client_name, agent, scope)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2

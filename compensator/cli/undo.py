@@ -71,7 +71,7 @@ class Plan:
     """What the undo of a target would do, as the meta tools' `dry_run` reports it. `title`
     says what is undone to a person, `empty` what to say when nothing is."""
 
-    journal: Path
+    journal: str | Path
     title: str
     empty: str
     report: UndoReport
@@ -137,7 +137,7 @@ async def _undo_target(
 
 async def make_plan(
     registry: Registry,
-    path: Path,
+    path: str | Path,
     target: Target,
     force: bool = False,
     agent: str | None = None,
@@ -155,7 +155,7 @@ async def make_plan(
 
 async def undo(
     registry: Registry,
-    path: Path,
+    path: str | Path,
     target: Target,
     startup_timeout: float,
     progress: Progress,
@@ -400,7 +400,7 @@ def _ask(count: int) -> int | None:
     return 1
 
 
-def _run(args: argparse.Namespace, registry: Registry, path: Path, style: Styler) -> int:
+def _run(args: argparse.Namespace, registry: Registry, path: str | Path, style: Styler) -> int:
     print()
 
     def show(kind: str, entry: dict[str, Any]) -> None:

@@ -3,12 +3,14 @@ between them.
 
 It owns the records (`records.py`), the `JournalStore` protocol that everything above the
 journal uses and `open_journal`, which picks a backend (`store.py`), and the backends: SQLite
-(`sqlite.py`). A new backend is one module implementing `JournalStore`, chosen in
+(`sqlite.py`, the default) and PostgreSQL (`postgres.py`, for a journal that many machines
+share). A new backend is one module implementing `JournalStore`, chosen in
 `open_journal`. It imports only compensator.errors: it knows nothing of MCP, YAML or the proxy.
 """
 
 from __future__ import annotations
 
+from .postgres import PostgresJournal, is_postgres_url
 from .records import (
     Answer,
     Change,
@@ -16,13 +18,14 @@ from .records import (
     Compensation,
     Decision,
     Intent,
+    Session,
     Status,
     StepOutcome,
     StepStatus,
     latest_steps,
 )
 from .sqlite import SCHEMA_VERSION, SQLiteJournal
-from .store import JournalStore, default_journal_path, open_journal
+from .store import JournalStore, default_journal_path, journal_address, open_journal
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -33,11 +36,15 @@ __all__ = [
     "Decision",
     "Intent",
     "JournalStore",
+    "PostgresJournal",
     "SQLiteJournal",
+    "Session",
     "Status",
     "StepOutcome",
     "StepStatus",
     "default_journal_path",
+    "is_postgres_url",
+    "journal_address",
     "latest_steps",
     "open_journal",
 ]

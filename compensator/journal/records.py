@@ -14,6 +14,7 @@ __all__ = [
     "Compensation",
     "Decision",
     "Intent",
+    "Session",
     "Status",
     "StepOutcome",
     "StepStatus",
@@ -76,7 +77,7 @@ class StepOutcome:
 class Checkpoint:
     """A moment to undo back to: every change after `last_change_id` comes after it. Ids and
     `created_at` (ISO 8601, UTC) are handed out by the store; `agent` is the agent that took
-    it (None: a person)."""
+    it (None: a person); `scope` the shared journal scope it was taken in, if any."""
 
     id: int
     label: str | None
@@ -84,6 +85,7 @@ class Checkpoint:
     last_change_id: int
     session: str | None = None
     agent: str | None = None
+    scope: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "label": self.label, "created_at": self.created_at}
@@ -110,6 +112,7 @@ class Change:
     undo_note: str | None
     session: str | None = None
     agent: str | None = None
+    scope: str | None = None
     post_state: Any = None
     post_state_error: str | None = None
     post_state_recorded: bool = False
@@ -155,6 +158,7 @@ class Decision:
     last_checkpoint_id: int
     session: str | None = None
     agent: str | None = None
+    scope: str | None = None
 
     @property
     def refused(self) -> bool:
@@ -172,6 +176,33 @@ class Decision:
             "args": self.args,
             "created_at": self.created_at,
             "agent": self.agent,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Session:
+    """One proxy (or `compensator undo`) that opened the journal for writing: the agent it
+    worked for, the host and process it ran in, its shared scope, and whether it still runs."""
+
+    id: str
+    agent: str | None
+    host: str
+    pid: int
+    started_at: str
+    ended_at: str | None
+    scope: str | None = None
+    alive: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "agent": self.agent,
+            "host": self.host,
+            "pid": self.pid,
+            "scope": self.scope,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "alive": self.alive,
         }
 
 

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
-import socket
 import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +20,12 @@ from .records import (
     Compensation,
     Decision,
     Intent,
+    Session,
     Status,
     StepOutcome,
     StepStatus,
 )
+from .rows import CHANGE_COLUMNS, change_from_row, dump, host_identity, load, now
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal"]
 
@@ -119,35 +118,25 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX decisions_agent ON decisions (agent, id);
     """,
+    # 4 -> 5: shared scopes (a team's proxies undo each other's changes when they opt in)
+    """
+    ALTER TABLE sessions ADD COLUMN scope TEXT;
+    ALTER TABLE checkpoints ADD COLUMN scope TEXT;
+    ALTER TABLE changes ADD COLUMN scope TEXT;
+    ALTER TABLE decisions ADD COLUMN scope TEXT;
+    CREATE INDEX changes_scope ON changes (scope, id);
+    """,
 )
 """The schema, one script per version: entry N takes a journal from version N to N + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_CHANGE_COLUMNS = (
-    "id, checkpoint_id, tool, classification, status, args, snapshot, snapshot_error, "
-    "result, error, created_at, completed_at, undone_at, undo_note, session, agent, "
-    "post_state, post_state_error"
-)
-_CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent"
+_CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent, scope"
 _DECISION_COLUMNS = (
     "id, tool, classification, args, answer, reason, created_at, last_change_id, "
-    "last_checkpoint_id, session, agent"
+    "last_checkpoint_id, session, agent, scope"
 )
 _COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid, session"
-_JSON_COLUMNS = ("args", "snapshot", "result", "post_state")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _load(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def _create_private(path: Path) -> None:
@@ -282,10 +271,12 @@ class SQLiteJournal:
         fsync: bool = False,
         agent: str | None = None,
         person: bool = False,
+        scope: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.session = uuid.uuid4().hex
         self.agent: str | None = None
+        self.scope = None if person else scope
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._lock = threading.Lock()
         self._locks = _SessionLocks(self.path)
@@ -340,9 +331,17 @@ class SQLiteJournal:
                 if agent is None:
                     agent = self.session[:8]
             tx.execute(
-                "INSERT INTO sessions (id, agent, named, host, pid, started_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (self.session, agent, name is not None, socket.gethostname(), os.getpid(), _now()),
+                "INSERT INTO sessions (id, agent, named, host, pid, started_at, scope) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    self.session,
+                    agent,
+                    name is not None,
+                    host_identity(),
+                    os.getpid(),
+                    now(),
+                    self.scope,
+                ),
             )
         self.agent = agent
 
@@ -350,7 +349,7 @@ class SQLiteJournal:
         rows = tx.execute("SELECT id FROM sessions WHERE ended_at IS NULL").fetchall()
         for row in rows:
             if row["id"] != self.session and not self._locks.alive(row["id"]):
-                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), row["id"]))
+                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (now(), row["id"]))
                 self._locks.forget(row["id"])
 
     @property
@@ -440,7 +439,7 @@ class SQLiteJournal:
     def close(self) -> None:
         if self._held is not None:
             with contextlib.suppress(JournalError), self._transaction() as tx:
-                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (_now(), self.session))
+                tx.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (now(), self.session))
         with self._lock:
             self._db.close()
             if self._held is not None:
@@ -452,11 +451,11 @@ class SQLiteJournal:
     def create_checkpoint(self, label: str | None) -> Checkpoint:
         with self._transaction() as tx:
             last = tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
-            created = _now()
+            created = now()
             checkpoint_id = tx.insert(
-                "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (label, created, last, self.session, self.agent),
+                "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
+                "scope) VALUES (?, ?, ?, ?, ?, ?)",
+                (label, created, last, self.session, self.agent, self.scope),
             )
         return Checkpoint(
             id=checkpoint_id,
@@ -465,6 +464,7 @@ class SQLiteJournal:
             last_change_id=last,
             session=self.session,
             agent=self.agent,
+            scope=self.scope,
         )
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
@@ -473,8 +473,10 @@ class SQLiteJournal:
         )
         return None if row is None else Checkpoint(**dict(row))
 
-    def checkpoints(self, agent: str | None = None) -> list[Checkpoint]:
-        where, params = ("agent = ?", (agent,)) if agent is not None else ("1", ())
+    def checkpoints(
+        self, agent: str | None = None, *, scope: str | None = None
+    ) -> list[Checkpoint]:
+        where, params = _whose(agent, scope)
         rows = self._query(
             f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE {where} ORDER BY id DESC", params
         )
@@ -489,20 +491,21 @@ class SQLiteJournal:
             )
             return tx.insert(
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
-                "snapshot, snapshot_error, pid, created_at, session, agent) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "snapshot, snapshot_error, pid, created_at, session, agent, scope) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     checkpoint,
                     intent.tool,
                     intent.classification,
                     Status.PENDING,
-                    _dump(dict(intent.args)),
-                    _dump(intent.snapshot),
+                    dump(dict(intent.args)),
+                    dump(intent.snapshot),
                     intent.snapshot_error,
                     os.getpid(),
-                    _now(),
+                    now(),
                     self.session,
                     self.agent,
+                    self.scope,
                 ),
             )
 
@@ -513,14 +516,14 @@ class SQLiteJournal:
             tx.execute(
                 "UPDATE changes SET status = ?, result = ?, error = ?, completed_at = ? "
                 "WHERE id = ?",
-                (status, _dump(result), error, _now(), change_id),
+                (status, dump(result), error, now(), change_id),
             )
 
     def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
         with self._transaction() as tx:
             tx.execute(
                 "UPDATE changes SET post_state = ?, post_state_error = ? WHERE id = ?",
-                (None if error else _dump(state), error, change_id),
+                (None if error else dump(state), error, change_id),
             )
 
     def recover_abandoned(self) -> int:
@@ -544,20 +547,21 @@ class SQLiteJournal:
         return len(rows)
 
     def change(self, change_id: int) -> Change | None:
-        row = self._query_one(f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE id = ?", (change_id,))
-        return None if row is None else _change(row)
+        row = self._query_one(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE id = ?", (change_id,))
+        return None if row is None else change_from_row(dict(row))
 
     def open_changes(
-        self, after_checkpoint: Checkpoint | None = None, *, agent: str | None = None
+        self,
+        after_checkpoint: Checkpoint | None = None,
+        *,
+        agent: str | None = None,
+        scope: str | None = None,
     ) -> list[Change]:
-        where = "undone_at IS NULL"
-        params: list[Any] = []
+        where, params = _whose(agent, scope)
+        where += " AND undone_at IS NULL"
         if after_checkpoint is not None:
             where += " AND id > ?"
             params.append(after_checkpoint.last_change_id)
-        if agent is not None:
-            where += " AND agent = ?"
-            params.append(agent)
         return self._changes(f"{where} ORDER BY id DESC", params)
 
     def unknown_changes(self) -> list[Change]:
@@ -567,8 +571,22 @@ class SQLiteJournal:
         return self._changes("1 ORDER BY id DESC", ())
 
     def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
-        rows = self._query(f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE {where}", params)
-        return [_change(row) for row in rows]
+        rows = self._query(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE {where}", params)
+        return [change_from_row(dict(row)) for row in rows]
+
+    def sessions(self) -> list[Session]:
+        rows = self._query(
+            "SELECT id, agent, host, pid, scope, started_at, ended_at FROM sessions ORDER BY rowid",
+            (),
+        )
+        return [
+            Session(
+                **dict(row),
+                alive=row["ended_at"] is None
+                and (row["id"] == self.session or self._locks.alive(row["id"])),
+            )
+            for row in rows
+        ]
 
     # -- decisions --------------------------------------------------------------------
 
@@ -578,18 +596,19 @@ class SQLiteJournal:
         with self._transaction() as tx:
             return tx.insert(
                 "INSERT INTO decisions (tool, classification, args, answer, reason, "
-                "last_change_id, last_checkpoint_id, created_at, session, agent) VALUES "
+                "last_change_id, last_checkpoint_id, created_at, session, agent, scope) VALUES "
                 "(?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM changes), "
-                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), ?, ?, ?)",
+                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), ?, ?, ?, ?)",
                 (
                     tool,
                     classification,
-                    _dump(args),
+                    dump(args),
                     answer,
                     reason,
-                    _now(),
+                    now(),
                     self.session,
                     self.agent,
+                    self.scope,
                 ),
             )
 
@@ -598,23 +617,20 @@ class SQLiteJournal:
         after_checkpoint: Checkpoint | None = None,
         *,
         agent: str | None = None,
+        scope: str | None = None,
         refused: bool = False,
     ) -> list[Decision]:
-        where = "1"
-        params: list[Any] = []
+        where, params = _whose(agent, scope)
         if after_checkpoint is not None:
             where += " AND last_checkpoint_id >= ?"
             params.append(after_checkpoint.id)
-        if agent is not None:
-            where += " AND agent = ?"
-            params.append(agent)
         if refused:
             where += f" AND answer IN ({', '.join('?' for _ in Answer.REFUSED)})"
             params.extend(Answer.REFUSED)
         rows = self._query(
             f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY id DESC", params
         )
-        return [Decision(**{**dict(row), "args": _load(row["args"])}) for row in rows]
+        return [Decision(**{**dict(row), "args": load(row["args"])}) for row in rows]
 
     # -- compensations ----------------------------------------------------------------
 
@@ -623,7 +639,7 @@ class SQLiteJournal:
             f"SELECT {_COMPENSATION_COLUMNS} FROM compensations WHERE change_id = ? ORDER BY id",
             (change_id,),
         )
-        return [Compensation(**{**dict(row), "args": _load(row["args"])}) for row in rows]
+        return [Compensation(**{**dict(row), "args": load(row["args"])}) for row in rows]
 
     def record_step_started(
         self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
@@ -644,9 +660,9 @@ class SQLiteJournal:
                     change_id,
                     step,
                     tool,
-                    _dump(args),
+                    dump(args),
                     StepStatus.STARTED,
-                    _now(),
+                    now(),
                     os.getpid(),
                     self.session,
                 ),
@@ -659,7 +675,7 @@ class SQLiteJournal:
         with self._transaction() as tx:
             tx.execute(
                 "UPDATE compensations SET status = ?, result = ?, error = ? WHERE id = ?",
-                (outcome.status, _dump(outcome.result), outcome.error, compensation_id),
+                (outcome.status, dump(outcome.result), outcome.error, compensation_id),
             )
             if undone is not None:
                 tx.mark_undone(*undone)
@@ -717,13 +733,14 @@ class _Tx:
     def mark_undone(self, change_id: int, note: str) -> None:
         self._db.execute(
             "UPDATE changes SET undone_at = ?, undo_note = ? WHERE id = ? AND undone_at IS NULL",
-            (_now(), note, change_id),
+            (now(), note, change_id),
         )
 
 
-def _change(row: sqlite3.Row) -> Change:
-    fields = dict(row)
-    recorded = fields["post_state"] is not None or fields["post_state_error"] is not None
-    for name in _JSON_COLUMNS:
-        fields[name] = _load(fields[name])
-    return Change(**fields, post_state_recorded=recorded)
+def _whose(agent: str | None, scope: str | None) -> tuple[str, list[Any]]:
+    """The rows of an agent, and of its shared scope when it has one; every row for None."""
+    if agent is None:
+        return "1", []
+    if scope is None:
+        return "agent = ?", [agent]
+    return "(agent = ? OR scope = ?)", [agent, scope]

@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from .records import Change, Checkpoint, Compensation, Decision, Intent, StepOutcome
+from .postgres import PostgresJournal, is_postgres_url
+from .records import Change, Checkpoint, Compensation, Decision, Intent, Session, StepOutcome
 from .sqlite import SQLiteJournal
 
-__all__ = ["JournalStore", "default_journal_path", "open_journal"]
+__all__ = ["JournalStore", "default_journal_path", "journal_address", "open_journal"]
 
 
 class JournalStore(Protocol):
@@ -35,6 +36,10 @@ class JournalStore(Protocol):
     agent: str | None
     """The agent this session works for (None: a person, or a read-only store)."""
 
+    scope: str | None
+    """The shared scope this session joined (None: none). Changes and checkpoints record it;
+    an agent in a scope sees, checkpoints and undoes its own changes and the scope's."""
+
     @property
     def location(self) -> str:
         """Where the journal is, for a person: a file path, or a URL without its password."""
@@ -48,8 +53,10 @@ class JournalStore(Protocol):
 
     def checkpoint(self, checkpoint_id: int) -> Checkpoint | None: ...
 
-    def checkpoints(self, agent: str | None = None) -> list[Checkpoint]:
-        """Newest first; only the agent's when one is given."""
+    def checkpoints(
+        self, agent: str | None = None, *, scope: str | None = None
+    ) -> list[Checkpoint]:
+        """Newest first; only the agent's (and, with `scope`, the scope's) when one is given."""
         ...
 
     # -- changes -------------------------------------------------------------------------
@@ -74,10 +81,14 @@ class JournalStore(Protocol):
     def change(self, change_id: int) -> Change | None: ...
 
     def open_changes(
-        self, after_checkpoint: Checkpoint | None = None, *, agent: str | None = None
+        self,
+        after_checkpoint: Checkpoint | None = None,
+        *,
+        agent: str | None = None,
+        scope: str | None = None,
     ) -> list[Change]:
         """Changes not yet undone, newest first; only those after the checkpoint when one is
-        given, and only the agent's when one is given."""
+        given, and only the agent's (and, with `scope`, the scope's) when one is given."""
         ...
 
     def unknown_changes(self) -> list[Change]:
@@ -86,6 +97,10 @@ class JournalStore(Protocol):
 
     def all_changes(self) -> list[Change]:
         """Every change, undone ones too, newest first."""
+        ...
+
+    def sessions(self) -> list[Session]:
+        """Every session that opened the journal for writing, oldest first."""
         ...
 
     # -- decisions ----------------------------------------------------------------------
@@ -103,10 +118,11 @@ class JournalStore(Protocol):
         after_checkpoint: Checkpoint | None = None,
         *,
         agent: str | None = None,
+        scope: str | None = None,
         refused: bool = False,
     ) -> list[Decision]:
-        """Newest first; only those recorded after the checkpoint, of the agent, and refused
-        (nothing sent) when given."""
+        """Newest first; only those recorded after the checkpoint, of the agent (and, with
+        `scope`, the scope), and refused (nothing sent) when given."""
         ...
 
     # -- compensations -------------------------------------------------------------------
@@ -147,24 +163,40 @@ def open_journal(
     fsync: bool = False,
     agent: str | None = None,
     person: bool = False,
+    scope: str | None = None,
 ) -> JournalStore:
-    """The journal at `target` (a file path: SQLite). `read_only` opens an existing journal
-    without ever writing it; `fsync` makes every commit durable against a power cut. A writing
-    store works for the agent named `agent`, else continues the agent of the last session that
-    ended, else starts a new one; `person=True` works for no agent (the `undo` command)."""
-    return SQLiteJournal(target, read_only=read_only, fsync=fsync, agent=agent, person=person)
+    """The journal at `target`: a `postgresql://` URL (PostgreSQL), else a file path (SQLite).
+    `read_only` opens an existing journal without ever writing it; `fsync` makes every commit
+    durable against a power cut. A writing store works for the agent named `agent`, else
+    continues the agent of the last session that ended, else starts a new one; `person=True`
+    works for no agent (the `undo` command). `scope` joins a shared scope."""
+    options: dict[str, Any] = {
+        "read_only": read_only,
+        "fsync": fsync,
+        "agent": agent,
+        "person": person,
+        "scope": scope,
+    }
+    if is_postgres_url(target):
+        return PostgresJournal(str(target), **options)
+    return SQLiteJournal(target, **options)
 
 
-def default_journal_path(config: str | os.PathLike[str]) -> Path:
+def journal_address(db: str) -> str | Path:
+    """A --db value as a journal address: a PostgreSQL URL as it is, else a file path."""
+    return db if is_postgres_url(db) else Path(db).expanduser()
+
+
+def default_journal_path(config: str | os.PathLike[str]) -> str | Path:
     """Where the journal of a registry lives when no --db is given.
 
-    `$COMPENSATOR_DB` when set; else one file per registry (named after the file and a hash of
-    its absolute path) under `$XDG_STATE_HOME/mcp-compensator`, which defaults to
-    `~/.local/state/mcp-compensator`.
+    `$COMPENSATOR_DB` when set (a file path or a `postgresql://` URL); else one file per
+    registry (named after the file and a hash of its absolute path) under
+    `$XDG_STATE_HOME/mcp-compensator`, which defaults to `~/.local/state/mcp-compensator`.
     """
     explicit = os.environ.get("COMPENSATOR_DB")
     if explicit:
-        return Path(explicit).expanduser()
+        return journal_address(explicit)
     config_path = Path(config).expanduser().resolve()
     digest = hashlib.sha256(str(config_path).encode()).hexdigest()[:10]
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

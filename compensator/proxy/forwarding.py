@@ -65,7 +65,9 @@ class Proxy:
         self._serial: dict[str, anyio.Lock] = {}
         # Outcomes the journal could not take yet: written before anything else is journaled.
         self._unsettled: dict[int, tuple[str, Any, str | None]] = {}
-        self._undoer = Undoer(journal, registry, undo_caller(registry, pool), agent=journal.agent)
+        self._undoer = Undoer(
+            journal, registry, undo_caller(registry, pool), agent=journal.agent, scope=journal.scope
+        )
         self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
             "checkpoint": self._checkpoint,
             "list_checkpoints": self._list_checkpoints,
@@ -402,7 +404,7 @@ class Proxy:
 
     async def _list_checkpoints(self, args: Mapping[str, Any]) -> dict[str, Any]:
         meta.parse_list_checkpoints(args)
-        checkpoints = self.journal.checkpoints(self.journal.agent)
+        checkpoints = self.journal.checkpoints(self.journal.agent, scope=self.journal.scope)
         return {"checkpoints": [cp.to_json() for cp in checkpoints]}
 
     async def _list_changes(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -412,8 +414,9 @@ class Proxy:
             checkpoint = self.journal.checkpoint(checkpoint_id)
             if checkpoint is None:
                 raise MetaArgumentError(self._undoer.unknown_checkpoint(checkpoint_id))
-        changes = self.journal.open_changes(checkpoint, agent=self.journal.agent)
-        refused = self.journal.decisions(checkpoint, agent=self.journal.agent, refused=True)
+        whose = {"agent": self.journal.agent, "scope": self.journal.scope}
+        changes = self.journal.open_changes(checkpoint, **whose)
+        refused = self.journal.decisions(checkpoint, **whose, refused=True)
         return {
             "changes": [change.to_json() for change in changes],
             "refused": [decision.to_json() for decision in refused],

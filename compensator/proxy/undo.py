@@ -70,14 +70,28 @@ class Undoer:
     """
 
     def __init__(
-        self, journal: JournalStore, registry: Registry, call: Caller, *, agent: str | None
+        self,
+        journal: JournalStore,
+        registry: Registry,
+        call: Caller,
+        *,
+        agent: str | None,
+        scope: str | None = None,
     ) -> None:
         """`agent` is whose changes are undone: the asking agent's own (the meta tools), or
-        None for every agent's (a person at the terminal)."""
+        None for every agent's (a person at the terminal); with a shared `scope`, the scope's
+        changes too, whichever agent in it made them."""
         self._journal = journal
         self._registry = registry
         self._call = call
         self._agent = agent
+        self._scope = scope
+
+    def _mine(self, change: Change) -> bool:
+        """Whether `change` is this undoer's to see and undo."""
+        if self._agent is None or change.agent == self._agent:
+            return True
+        return self._scope is not None and change.scope == self._scope
 
     async def undo_to(
         self,
@@ -139,7 +153,7 @@ class Undoer:
     def one_change(self, change_id: int) -> Change:
         """The open change `change_id` of this undoer's agent; MetaArgumentError otherwise."""
         change = self._journal.change(change_id)
-        if change is None or (self._agent is not None and change.agent != self._agent):
+        if change is None or not self._mine(change):
             # Another agent's change is not this agent's to see, so it reads as unknown.
             open_ids = [str(c.id) for c in self._open_changes(None)[:20]]
             valid = ", ".join(open_ids) if open_ids else "none (nothing is left to undo)"
@@ -154,7 +168,7 @@ class Undoer:
         return change
 
     def _open_changes(self, checkpoint: Checkpoint | None) -> list[Change]:
-        return self._journal.open_changes(checkpoint, agent=self._agent)
+        return self._journal.open_changes(checkpoint, agent=self._agent, scope=self._scope)
 
     async def _undo(
         self,
@@ -179,7 +193,7 @@ class Undoer:
 
     def unknown_checkpoint(self, checkpoint_id: object) -> str:
         """The error text for a checkpoint id that does not exist, listing the valid ones."""
-        known = [cp.id for cp in self._journal.checkpoints(self._agent)]
+        known = [cp.id for cp in self._journal.checkpoints(self._agent, scope=self._scope)]
         if not known:
             return f"no checkpoint {checkpoint_id!r}: none exists yet; call `checkpoint` first"
         shown = ", ".join(str(i) for i in known[:20])
@@ -268,7 +282,7 @@ class Undoer:
         if not later:
             return
         # Another agent's changes count, but are not this agent's to see: only how many.
-        mine = [c for c in later if self._agent is None or c.agent == self._agent]
+        mine = [c for c in later if self._mine(c)]
         theirs = len(later) - len(mine)
         named = [f"{c.id} ({c.tool})" for c in mine[:10]]
         if len(mine) > 10:
