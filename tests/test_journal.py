@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from compensator.errors import JournalError
@@ -15,23 +19,35 @@ from compensator.journal import (
     SCHEMA_VERSION,
     Answer,
     Intent,
+    JournalStore,
     Status,
     StepOutcome,
     StepStatus,
     default_journal_path,
+    is_postgres_url,
 )
 from compensator.journal import SQLiteJournal as Journal
+from compensator.journal import open_journal as open_store
 
 from .faults import tally
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def address(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a test's journal is: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "j.db")
+    return str(request.getfixturevalue("postgres_url"))
+
+
 @pytest.fixture
 def open_journal():
-    """Open journals and close them all afterwards (3.13 warns about unclosed connections)."""
-    opened: list[Journal] = []
+    """Open journals (a path or URL, as --db takes it) and close them all afterwards (3.13
+    warns about unclosed connections)."""
+    opened: list[JournalStore] = []
 
-    def open_(path: Path) -> Journal:
-        opened.append(Journal(path))
+    def open_(target: str | Path, **options: Any) -> Any:
+        opened.append(open_store(_target(str(target)), **options))
         return opened[-1]
 
     yield open_
@@ -39,8 +55,26 @@ def open_journal():
         journal.close()
 
 
+def _target(address: str) -> str | Path:
+    return address if is_postgres_url(address) else Path(address)
+
+
 def raw(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
+
+
+def sql(address: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the journal's database behind the store's back (`?` placeholders,
+    table names unqualified) and return its rows."""
+    if not is_postgres_url(address):
+        db = raw(Path(address))
+        try:
+            return db.execute(statement, params).fetchall()
+        finally:
+            db.close()
+    with psycopg.connect(address, autocommit=True, options="-c search_path=compensator") as db:
+        cursor = db.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
 
 
 def test_new_journal_is_private_versioned_and_in_wal_mode(tmp_path: Path):
@@ -65,8 +99,8 @@ def test_newer_schema_is_refused_with_advice(tmp_path: Path, read_only: bool):
         Journal(path, read_only=read_only)
 
 
-def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
-    journal = open_journal(tmp_path / "j.db")
+def test_changes_after_a_checkpoint_newest_first(address: str, open_journal):
+    journal = open_journal(address)
     early = journal.record_intent(Intent(tool="s__a", classification="reversible", args={"n": 1}))
     journal.record_outcome(early, status=Status.OK, result={"id": 1})
     cp = journal.create_checkpoint("cp")
@@ -78,8 +112,8 @@ def test_changes_after_a_checkpoint_newest_first(tmp_path: Path, open_journal):
     assert journal.change(early).result == {"id": 1}
 
 
-def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
-    journal = open_journal(tmp_path / "j.db")
+def test_undone_is_recorded_with_its_compensation(address: str, open_journal):
+    journal = open_journal(address)
     change = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     step = journal.record_step_started(change, 0, "s__undo", {"id": 1})
     assert [c.status for c in journal.compensations(change)] == ["started"]
@@ -94,8 +128,8 @@ def test_undone_is_recorded_with_its_compensation(tmp_path: Path, open_journal):
 
 _DIES_WITH_A_PENDING_CALL = """
 import os, sys
-from compensator.journal import Intent, SQLiteJournal
-journal = SQLiteJournal(sys.argv[1])
+from compensator.journal import Intent, open_journal
+journal = open_journal(sys.argv[1])
 change = journal.record_intent(Intent(tool="s__b", classification="reversible", args={}))
 journal.record_step_started(int(sys.argv[2]), 0, "s__undo", {})
 print(change, journal.session, flush=True)
@@ -103,7 +137,7 @@ os._exit(0)  # no close(): as a killed proxy, it never says it ended
 """
 
 
-def _die_with_a_pending_call(path: Path, change_to_claim: int) -> tuple[int, str]:
+def _die_with_a_pending_call(path: str, change_to_claim: int) -> tuple[int, str]:
     """A session in another process that records a call and starts a compensating step, then
     dies; its change id and session."""
     done = subprocess.run(
@@ -117,8 +151,8 @@ def _die_with_a_pending_call(path: Path, change_to_claim: int) -> tuple[int, str
 
 
 @pytest.mark.parametrize("pid", ["dead", "reused"])
-def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_journal, pid: str):
-    path = tmp_path / "j.db"
+def test_calls_pending_in_a_dead_process_become_unknown(address: str, open_journal, pid: str):
+    path = address
     journal = open_journal(path)
     mine = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     journal.record_outcome(mine, status=Status.OK)
@@ -127,11 +161,9 @@ def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_jou
     if pid == "reused":
         # The dead process's id now belongs to a live process (this one): pid 1 in one
         # container is pid 1 in the next, and a busy host hands ids out again.
-        db = raw(path)
-        db.execute("UPDATE changes SET pid = ? WHERE id = ?", (os.getpid(), orphan))
-        db.execute("UPDATE compensations SET pid = ? WHERE change_id = ?", (os.getpid(), mine))
-        db.execute("UPDATE sessions SET pid = ? WHERE id = ?", (os.getpid(), session))
-        db.close()
+        sql(path, "UPDATE changes SET pid = ? WHERE id = ?", (os.getpid(), orphan))
+        sql(path, "UPDATE compensations SET pid = ? WHERE change_id = ?", (os.getpid(), mine))
+        sql(path, "UPDATE sessions SET pid = ? WHERE id = ?", (os.getpid(), session))
     (step,) = journal.compensations(mine)
     assert step.status == StepStatus.STARTED and step.session == session
     assert not journal.started_elsewhere(step), "a dead session's step counts as running"
@@ -145,8 +177,8 @@ def test_calls_pending_in_a_dead_process_become_unknown(tmp_path: Path, open_jou
         tally("pid reuse", injected=1, survived=1)
 
 
-def test_a_live_sessions_step_is_started_elsewhere_for_another_store(tmp_path, open_journal):
-    path = tmp_path / "j.db"
+def test_a_live_sessions_step_is_started_elsewhere_for_another_store(address, open_journal):
+    path = address
     first, second = open_journal(path), open_journal(path)
     change = first.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     first.record_outcome(change, status=Status.OK)
@@ -158,9 +190,9 @@ def test_a_live_sessions_step_is_started_elsewhere_for_another_store(tmp_path, o
     assert not second.started_elsewhere(step), "a closed session still counts as running"
 
 
-def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_path, open_journal):
-    path = tmp_path / "j.db"
-    first = Journal(path)
+def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(address, open_journal):
+    path = address
+    first = open_store(_target(path))
     agent = first.agent
     checkpoint = first.create_checkpoint("before")
     first.record_intent(Intent(tool="s__a", classification="reversible", args={}))
@@ -171,10 +203,10 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_
     concurrent = open_journal(path)  # while the second runs: another agent
     assert concurrent.agent not in (None, agent)
     theirs = concurrent.record_intent(Intent(tool="s__c", classification="reversible", args={}))
-    named = Journal(path, agent="team")
+    named = open_store(_target(path), agent="team")
     assert named.agent == "team"
     named.close()
-    again = Journal(path, agent="team")
+    again = open_store(_target(path), agent="team")
     assert again.agent == "team"
     again.close()
     assert [c.tool for c in second.open_changes(checkpoint, agent=agent)] == ["s__b", "s__a"]
@@ -183,7 +215,7 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(tmp_
     assert second.change(later).agent == agent
     assert [cp.id for cp in second.checkpoints(agent)] == [checkpoint.id]
     assert second.checkpoints(concurrent.agent) == []
-    person = Journal(path, person=True)
+    person = open_store(_target(path), person=True)
     assert person.agent is None
     person.close()
     # A person's session is never continued: the next proxy is still the first agent's.
@@ -292,20 +324,18 @@ def test_read_only_never_creates_a_journal(tmp_path: Path):
         Journal(notes, read_only=True)
 
 
-def test_read_only_sees_a_live_writer_and_changes_nothing(tmp_path: Path, open_journal):
-    path = tmp_path / "j.db"
+def test_read_only_sees_a_live_writer_and_changes_nothing(address: str, open_journal):
+    path = address
     writer = open_journal(path)
     orphan = writer.record_intent(Intent(tool="s__a", classification="reversible", args={}))
-    db = raw(path)
-    db.execute("UPDATE changes SET pid = ? WHERE id = ?", (2**22 + 12345, orphan))
-    db.close()
-    reader = Journal(path, read_only=True)
+    sql(path, "UPDATE changes SET pid = ? WHERE id = ?", (2**22 + 12345, orphan))
+    reader = open_store(_target(path), read_only=True)
     try:
         # No recovery on a read-only open: the abandoned call is left for the proxy to settle.
         assert reader.change(orphan).status == Status.PENDING
         later = writer.record_intent(Intent(tool="s__b", classification="reversible", args={}))
         assert [c.id for c in reader.open_changes()] == [later, orphan]
-        with pytest.raises(JournalError, match="readonly"):
+        with pytest.raises(JournalError, match=r"read-?only"):
             reader.create_checkpoint("nope")
     finally:
         reader.close()
@@ -332,9 +362,10 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_intents_committed_before_a_sigkill_survive_it(tmp_path, open_journal):
-    # The default synchronous=NORMAL: a commit is with the OS before record_intent returns.
-    path = tmp_path / "j.db"
+def test_intents_committed_before_a_sigkill_survive_it(address: str, open_journal):
+    # SQLite's default synchronous=NORMAL: a commit is with the OS before record_intent
+    # returns; PostgreSQL has it before it answers.
+    path = address
     done = subprocess.run([sys.executable, "-c", KILL_AFTER_INTENT, str(path), "25"], check=False)
     assert done.returncode == -9
     changes = open_journal(path).all_changes()  # opening marks the dead process's rows
@@ -342,8 +373,8 @@ def test_intents_committed_before_a_sigkill_survive_it(tmp_path, open_journal):
     assert {c.status for c in changes} == {Status.UNKNOWN}
 
 
-def test_decisions_are_kept_apart_from_changes_and_filtered(tmp_path: Path, open_journal):
-    journal = open_journal(tmp_path / "j.db")
+def test_decisions_are_kept_apart_from_changes_and_filtered(address: str, open_journal):
+    journal = open_journal(address)
     before = journal.create_checkpoint("before")
     approved = journal.record_decision(
         tool="s__drop", classification="irreversible", args={"t": 1}, answer=Answer.APPROVED
@@ -405,3 +436,143 @@ def test_a_journal_of_schema_3_migrates_and_keeps_its_changes(tmp_path: Path):
         assert [c.tool for c in journal.open_changes()] == ["s__a"]
     finally:
         journal.close()
+
+
+def test_a_shared_scope_sees_every_members_changes_and_no_one_elses(address, open_journal):
+    ann = open_journal(address, scope="team")
+    bob = open_journal(address, scope="team")
+    eve = open_journal(address)  # not in the scope
+    assert len({ann.agent, bob.agent, eve.agent}) == 3
+    before = ann.create_checkpoint("team start")
+    ids = {
+        who: store.record_intent(Intent(tool=f"s__{who}", classification="reversible", args={}))
+        for who, store in (("ann", ann), ("bob", bob), ("eve", eve))
+    }
+    assert ann.change(ids["ann"]).scope == "team" and eve.change(ids["eve"]).scope is None
+    team = {"agent": ann.agent, "scope": "team"}
+    assert [c.id for c in ann.open_changes(before, **team)] == [ids["bob"], ids["ann"]]
+    assert [c.id for c in bob.open_changes(before, agent=bob.agent, scope="team")] == [
+        ids["bob"],
+        ids["ann"],
+    ]
+    assert [c.id for c in eve.open_changes(before, agent=eve.agent)] == [ids["eve"]]
+    assert [c.id for c in ann.open_changes(before, agent=ann.agent)] == [ids["ann"]]
+    # bob sees the checkpoint ann took; eve does not.
+    assert [cp.id for cp in bob.checkpoints(bob.agent, scope="team")] == [before.id]
+    assert eve.checkpoints(eve.agent) == []
+    eve.record_decision(tool="s__x", classification="irreversible", args={}, answer="denied")
+    bob.record_decision(tool="s__y", classification="irreversible", args={}, answer="denied")
+    assert [d.tool for d in ann.decisions(before, **team)] == ["s__y"]
+    # A person is in no scope, whatever is asked for.
+    assert open_journal(address, person=True, scope="team").scope is None
+
+
+def test_sessions_say_where_they_ran_and_whether_they_still_run(
+    address, open_journal, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("COMPENSATOR_HOST", "machine-a")
+    first = open_store(_target(address), scope="team")
+    monkeypatch.setenv("COMPENSATOR_HOST", "machine-b")
+    second = open_journal(address)
+    rows = {s.id: s for s in second.sessions()}
+    assert rows[first.session].host == "machine-a" and rows[first.session].scope == "team"
+    assert rows[second.session].host == "machine-b" and rows[second.session].pid == os.getpid()
+    assert rows[first.session].alive and rows[second.session].alive
+    first.close()
+    rows = {s.id: s for s in second.sessions()}
+    assert not rows[first.session].alive and rows[first.session].ended_at is not None
+    assert rows[second.session].alive
+
+
+def test_only_one_of_many_stores_claims_a_step(address, open_journal):
+    """Several stores (threads, each with its own connection) race to claim one step."""
+    stores = [open_journal(address) for _ in range(6)]
+    change = stores[0].record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    stores[0].record_outcome(change, status=Status.OK)
+    claims: list[int | None] = []
+    ready = threading.Barrier(len(stores))
+
+    def claim(store: JournalStore) -> None:
+        ready.wait()
+        claims.append(store.record_step_started(change, 0, "s__undo", {}, after=None))
+
+    threads = [threading.Thread(target=claim, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = [claim for claim in claims if claim is not None]
+    assert len(claims) == 6 and len(won) == 1, claims
+    assert [c.id for c in stores[0].compensations(change)] == won
+
+
+def test_a_postgres_journal_keeps_to_its_own_schema(postgres_url: str, open_journal):
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("CREATE TABLE public.changes (app_data text)")
+        db.execute("INSERT INTO public.changes VALUES ('mine')")
+    journal = open_journal(postgres_url)
+    journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        assert db.execute("SELECT app_data FROM public.changes").fetchall() == [("mine",)]
+        tables = db.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = 'compensator' ORDER BY 1"
+        ).fetchall()
+    assert [t for (t,) in tables] == [
+        "changes",
+        "checkpoints",
+        "compensations",
+        "decisions",
+        "schema_version",
+        "sessions",
+    ]
+
+
+def test_postgres_problems_say_what_to_do_without_the_password(postgres_url: str):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://me:s3cret@127.0.0.1:{port}/journal"
+    with pytest.raises(JournalError) as caught:
+        open_store(url)
+    message = str(caught.value)
+    assert f"cannot reach the journal database postgresql://me@127.0.0.1:{port}/journal" in message
+    assert "mutating calls are refused" in message and "s3cret" not in message
+    with pytest.raises(JournalError, match=r"no journal in postgresql://.*no compensator schema"):
+        open_store(postgres_url, read_only=True)
+    with pytest.raises(JournalError, match="not a valid PostgreSQL connection string"):
+        open_store("postgresql://me@host/x?no_such_option=1")
+    open_store(postgres_url).close()
+    sql(postgres_url, "UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    for read_only in (False, True):
+        with pytest.raises(JournalError, match="Upgrade mcp-compensator"):
+            open_store(postgres_url, read_only=read_only)
+
+
+def test_a_lost_postgres_connection_is_opened_again_and_nothing_doubles(
+    postgres_url: str, open_journal
+):
+    journal = open_journal(postgres_url)
+    other = open_journal(postgres_url)
+    first = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    killed = sql(
+        postgres_url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = "
+        "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+        "AND ((classid::bigint << 32) | objid::bigint) = "
+        "(SELECT lock_key FROM sessions WHERE id = ?))",
+        (journal.session,),
+    )
+    assert killed == [(True,)]
+    # The session's lock went with its connection: for the others it is dead until it is back.
+    assert other.recover_abandoned() == 1
+    assert other.change(first).status == Status.UNKNOWN
+    second = journal.record_intent(Intent(tool="s__b", classification="reversible", args={}))
+    journal.record_outcome(first, status=Status.OK, result={"late": True})
+    assert [c.id for c in other.all_changes()] == [second, first], "a retried write doubled"
+    assert other.change(first).status == Status.OK  # the outcome arrived after all
+    live = {s.id: s.alive for s in other.sessions()}
+    assert live[journal.session], "the session did not take its lock back"
+    assert other.recover_abandoned() == 0
+    assert other.change(second).status == Status.PENDING
+    tally("journal connection killed", injected=1, survived=1)
