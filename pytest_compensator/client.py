@@ -8,7 +8,6 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -121,7 +120,7 @@ async def launch_proxy(
     `ClientSession` arguments: `sampling_callback`, `elicitation_callback`,
     `list_roots_callback`, `logging_callback`, `message_handler` (a callback given makes the
     client advertise that capability)."""
-    params = proxy_parameters(Path(config), Path(db), env=env, cwd=cwd)
+    params = proxy_parameters(config, db, env=env, cwd=cwd)
     relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
     async with anyio.create_task_group() as relays:
         async with stdio_client(params, errlog=stderr or sys.stderr) as (read, write):

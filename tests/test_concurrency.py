@@ -1,8 +1,11 @@
-"""Concurrent calls through one proxy, and several proxies sharing one journal file.
+"""Concurrent calls through one proxy, and several proxies sharing one journal.
 
 Every test drives real proxy subprocesses in front of the real example tasks server, fires
 calls at the same time from anyio task groups, and then checks the journal three ways: through
-the meta tools, against the state the servers report, and with SQLite's own integrity check.
+the meta tools, against the state the servers report, and with the database's own view (SQLite's
+integrity check; PostgreSQL's rows). Each runs on both journals: a SQLite file, and a fresh
+PostgreSQL database, where proxies with different COMPENSATOR_HOST values stand in for
+machines sharing one journal.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 
 from pytest_compensator.client import ProxyClient, ToolReply, launch_proxy
@@ -28,6 +32,15 @@ from pytest_compensator.client import ProxyClient, ToolReply, launch_proxy
 from .conftest import by_id
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The journal the test's proxies share: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "journal.db")
+    return str(request.getfixturevalue("postgres_url"))
+
 
 # Generous: two proxies and two task servers share two cores with other people's test runs.
 DEADLINE = 30.0
@@ -61,12 +74,15 @@ class Done:
 
 
 @asynccontextmanager
-async def started(config: Path, db: Path, workdir: Path, log: Path) -> AsyncIterator[ProxyClient]:
-    """One proxy with its own tasks database under `workdir`, its stderr appended to `log`."""
+async def started(
+    config: Path, db: str, workdir: Path, log: Path, **env: str
+) -> AsyncIterator[ProxyClient]:
+    """One proxy with its own tasks database under `workdir`, its stderr appended to `log`;
+    `env` adds to its environment (COMPENSATOR_HOST, COMPENSATOR_JOURNAL_SCOPE)."""
     workdir.mkdir(exist_ok=True)
     with log.open("a") as err:
         async with launch_proxy(
-            config, db, env={"COMPENSATOR_WORKDIR": str(workdir)}, stderr=err
+            config, db, env={"COMPENSATOR_WORKDIR": str(workdir), **env}, stderr=err
         ) as client:
             yield client
 
@@ -127,21 +143,35 @@ def journaled(changes: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
     return Counter(Call(c["tool"], c["args"]).key for c in changes)
 
 
-def integrity(db: Path) -> str:
-    """SQLite's own verdict on the journal file, read-only so nothing gets repaired."""
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+def read_journal(db: str, query: str) -> list[tuple[Any, ...]]:
+    """Rows of `query` on the journal's own database, read-only."""
+    if db.startswith("postgresql://"):
+        with psycopg.connect(db, options="-c search_path=compensator") as conn:
+            return conn.execute(query).fetchall()  # type: ignore[arg-type]
+    conn = sqlite3.connect(f"{Path(db).resolve().as_uri()}?mode=ro", uri=True)
     try:
-        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        return conn.execute(query).fetchall()
     finally:
         conn.close()
 
 
-def change_rows(db: Path) -> int:
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM changes").fetchone()[0])
-    finally:
-        conn.close()
+def integrity(db: str) -> str:
+    """SQLite's own verdict on the journal file; on PostgreSQL, that no change is left pending,
+    no compensation is orphaned and change ids have no holes (they follow commit order)."""
+    if not db.startswith("postgresql://"):
+        return str(read_journal(db, "PRAGMA integrity_check")[0][0])
+    ((pending, orphans, holes),) = read_journal(
+        db,
+        "SELECT (SELECT COUNT(*) FROM changes WHERE status = 'pending'), "
+        "(SELECT COUNT(*) FROM compensations p LEFT JOIN changes c ON c.id = p.change_id "
+        "WHERE c.id IS NULL), (SELECT MAX(id) - COUNT(*) FROM changes)",
+    )
+    problems = [f"{pending} pending"] * bool(pending) + [f"{orphans} orphans"] * bool(orphans)
+    return "; ".join(problems + [f"{holes} holes in ids"] * bool(holes)) or "ok"
+
+
+def change_rows(db: str) -> int:
+    return int(read_journal(db, "SELECT COUNT(*) FROM changes")[0][0])
 
 
 def sessions(log: Path) -> list[str]:
@@ -183,9 +213,9 @@ async def after_n(
 
 
 async def test_concurrent_calls_from_one_client_keep_the_journal_consistent(
-    tasks_config: Path, tmp_path: Path
+    tasks_config: Path, tmp_path: Path, db: str
 ) -> None:
-    db, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    log = tmp_path / "proxy.log"
     rng = random.Random(20240611)
     with anyio.fail_after(DEADLINE):
         async with started(tasks_config, db, tmp_path / "a", log) as client:
@@ -237,11 +267,11 @@ async def test_concurrent_calls_from_one_client_keep_the_journal_consistent(
 
 
 async def test_undo_waits_for_concurrent_mutating_calls_and_they_for_it(
-    tasks_config: Path, tmp_path: Path
+    tasks_config: Path, tmp_path: Path, db: str
 ) -> None:
     """An undo_to in the middle of a burst: each change ends either undone or open, never half,
     and every undone change is older than every change left open."""
-    db, log = tmp_path / "journal.db", tmp_path / "proxy.log"
+    log = tmp_path / "proxy.log"
     with anyio.fail_after(DEADLINE):
         async with started(tasks_config, db, tmp_path / "a", log) as client:
             base = await seed(client, "", 4)
@@ -337,14 +367,17 @@ def agent_burst(prefix: str, base: list[int], count: int) -> list[Call]:
 
 
 async def test_two_proxies_on_one_journal_never_undo_each_other(
-    tasks_config: Path, tmp_path: Path
+    tasks_config: Path, tmp_path: Path, db: str
 ) -> None:
-    db = tmp_path / "journal.db"
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     with anyio.fail_after(DEADLINE * 1.5):
         async with AsyncExitStack() as stack:
-            a = await stack.enter_async_context(started(tasks_config, db, tmp_path / "a", log_a))
-            b = await stack.enter_async_context(started(tasks_config, db, tmp_path / "b", log_b))
+            a = await stack.enter_async_context(
+                started(tasks_config, db, tmp_path / "a", log_a, COMPENSATOR_HOST="machine-a")
+            )
+            b = await stack.enter_async_context(
+                started(tasks_config, db, tmp_path / "b", log_b, COMPENSATOR_HOST="machine-b")
+            )
             base_a, base_b = await seed(a, "A-", 3), await seed(b, "B-", 3)
             # Both servers number their tasks from 1: the same args can mean two tasks.
             assert base_a == base_b
@@ -402,7 +435,7 @@ async def _extend(into: list[Done], awaitable: Awaitable[list[Done]]) -> None:
 # -- a proxy restarted on the same journal --------------------------------------------------
 
 
-def proxy_pids(db: Path) -> list[int]:
+def proxy_pids(db: str) -> list[int]:
     """Our own child processes running the proxy on `db` (found through /proc)."""
     found = []
     for entry in Path("/proc").iterdir():
@@ -435,9 +468,9 @@ def _proc_state(pid: int) -> str:
 
 @pytest.mark.parametrize("ending", ["stopped", "killed"])
 async def test_restarted_proxy_undoes_the_checkpoint_of_its_previous_process(
-    tasks_config: Path, tmp_path: Path, ending: str
+    tasks_config: Path, tmp_path: Path, ending: str, db: str
 ) -> None:
-    db, log, workdir = tmp_path / "journal.db", tmp_path / "proxy.log", tmp_path / "a"
+    log, workdir = tmp_path / "proxy.log", tmp_path / "a"
     with anyio.fail_after(DEADLINE):
         async with started(tasks_config, db, workdir, log) as first:
             base = await seed(first, "", 3)
@@ -461,3 +494,78 @@ async def test_restarted_proxy_undoes_the_checkpoint_of_its_previous_process(
     assert integrity(db) == "ok"
     first_session, second_session = sessions(log)
     assert first_session != second_session
+
+
+# -- two machines, one PostgreSQL journal, one system -------------------------------------
+
+
+@pytest.mark.parametrize("scope", [None, "team"], ids=["own-changes", "shared-scope"])
+async def test_two_machines_on_one_postgres_journal_undo_their_own_or_the_teams(
+    tasks_config: Path, tmp_path: Path, postgres_url: str, scope: str | None
+) -> None:
+    """Two proxies with different host identities work on one tasks database and share one
+    PostgreSQL journal. By default A's undo_to reverts A's change only; when both joined the
+    scope `team`, A's undo_to reverts B's changes too, through A's own server."""
+    system = tmp_path / "system"  # the one system both agents work on
+    joined = {"COMPENSATOR_JOURNAL_SCOPE": scope} if scope else {}
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    with anyio.fail_after(DEADLINE * 1.5):
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(
+                started(
+                    tasks_config,
+                    postgres_url,
+                    system,
+                    log_a,
+                    COMPENSATOR_HOST="machine-a",
+                    **joined,
+                )
+            )
+            b = await stack.enter_async_context(
+                started(
+                    tasks_config,
+                    postgres_url,
+                    system,
+                    log_b,
+                    COMPENSATOR_HOST="machine-b",
+                    **joined,
+                )
+            )
+            await seed(a, "", 2)
+            before = await state(a)
+            cp = await a.checkpoint("before the team's work")
+            await a.call_ok("tasks__add_task", {"title": "from A"})
+            await b.call_ok("tasks__add_task", {"title": "from B"})
+            await b.call_ok("tasks__add_label", {"name": "from-B"})
+            theirs = {"tasks__add_task": 1, "tasks__add_label": 1}
+            listed = Counter(c["tool"] for c in await a.list_changes(cp))
+            if scope is None:
+                assert listed == {"tasks__add_task": 1}, "A sees B's changes without a scope"
+                assert [c["id"] for c in await b.list_checkpoints()] == []
+            else:
+                assert listed == {"tasks__add_task": 2, "tasks__add_label": 1}
+                assert [c["id"] for c in await b.list_checkpoints()] == [cp]
+            report = await a.undo_to(cp)
+            assert report["skipped"] == []
+            after = await state(b)
+            titles = sorted(t["title"] for t in after["tasks"].values())
+            if scope is None:
+                assert len(report["undone"]) == 1
+                assert titles == sorted([*(t["title"] for t in before["tasks"].values()), "from B"])
+                assert after["labels"] == sorted([*before["labels"], "from-B"])
+                assert Counter(c["tool"] for c in await b.list_changes(cp)) == theirs
+            else:
+                assert len(report["undone"]) == 3
+                assert after == before
+                assert await b.list_changes(cp) == []
+    assert integrity(postgres_url) == "ok"
+    hosts = read_journal(
+        postgres_url,
+        "SELECT DISTINCT s.host, c.tool FROM changes c JOIN sessions s ON s.id = c.session "
+        "WHERE c.args LIKE '%from%' ORDER BY 1, 2",
+    )
+    assert hosts == [
+        ("machine-a", "tasks__add_task"),
+        ("machine-b", "tasks__add_label"),
+        ("machine-b", "tasks__add_task"),
+    ]
