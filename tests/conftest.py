@@ -86,7 +86,7 @@ def proxy(tmp_path: Path) -> Launcher:
     async def launch(
         config: Path,
         *,
-        db: Path | None = None,
+        db: Path | str | None = None,
         env: dict[str, str] | None = None,
         session_options: dict[str, Any] | None = None,
     ) -> AsyncIterator[ProxyClient]:

@@ -151,6 +151,40 @@ async def test_log_finds_the_journal_of_a_config_like_serve(
     assert explicit.returncode == 0 and "tasks__add_task" in explicit.stdout
 
 
+async def test_log_and_undo_on_a_postgres_journal_two_hosts_wrote(
+    proxy, tasks_config, tasks_env, postgres_url: str
+):
+    """Two proxies on different hosts write one PostgreSQL journal: log shows where each
+    change came from, and `compensator undo` undoes them from the terminal."""
+    async with proxy(
+        tasks_config, db=postgres_url, env={**tasks_env, "COMPENSATOR_HOST": "laptop"}
+    ) as client:
+        ids = await story(client)
+    async with proxy(
+        tasks_config, db=postgres_url, env={**tasks_env, "COMPENSATOR_HOST": "build-box"}
+    ) as client:
+        await client.call_ok("tasks__add_label", {"name": "from the build box"})
+    shown = cli("log", "--db", postgres_url, env=WIDE)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("compensator log: postgresql://") and "FROM" in shown.stdout
+    line = next(row for row in shown.stdout.splitlines() if "from the build box" in row)
+    assert "build-box" in line and "laptop" not in line
+    assert "sessions (oldest first):" in shown.stdout
+    assert shown.stdout.count("ended") == 2 and "running" not in shown.stdout
+    document = json.loads(cli("log", "--db", postgres_url, "--json").stdout)
+    # The proxy restarted on the build box carried on the laptop's agent: one agent, two hosts.
+    assert len({c["agent"] for c in document["changes"]}) == 1
+    hosts = {c["tool"]: c["host"] for c in document["changes"]}
+    assert hosts["tasks__add_label"] == "build-box" and hosts["tasks__add_task"] == "laptop"
+    assert [s["host"] for s in document["sessions"]] == ["laptop", "build-box"]
+    done = undo(tasks_config, postgres_url, ids["cp1"], "--yes", env=tasks_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Done: 5 undone, 0 skipped, 1 with nothing to undo." in done.stdout
+    async with proxy(tasks_config, db=postgres_url, env=tasks_env) as client:
+        assert await state(client) == ids["before"]
+        assert await client.list_changes(ids["cp1"]) == []
+
+
 def test_log_never_creates_a_journal(tmp_path: Path):
     missing = tmp_path / "sub" / "nope.db"
     result = cli("log", "--db", str(missing))
@@ -215,7 +249,7 @@ def _read_all(fd: int, process: subprocess.Popen, timeout: float = 30) -> str:
 # -- undo ---------------------------------------------------------------------------------
 
 
-def undo(config: Path, db: Path, checkpoint: int, *flags: str, env: dict[str, str]) -> Any:
+def undo(config: Path, db: Path | str, checkpoint: int, *flags: str, env: dict[str, str]) -> Any:
     args = ["undo", "--config", str(config), "--db", str(db), "--to", str(checkpoint), *flags]
     return cli(*args, env={**WIDE, **env})
 

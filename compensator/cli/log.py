@@ -21,6 +21,7 @@ from ..journal import (
     Checkpoint,
     Decision,
     JournalStore,
+    Session,
     Status,
     journal_address,
     open_journal,
@@ -59,6 +60,7 @@ _COLUMNS = (
     Column(header="ARGS", overflow="truncate", min_width=16),
 )
 _AGENT_COLUMN = Column(header="AGENT", overflow="truncate", min_width=8)
+_FROM_COLUMN = Column(header="FROM", overflow="truncate", min_width=12)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +75,17 @@ class Listing:
     """Calls a person approved or refused, and calls the registry denied (never changes)."""
     hidden_undone: int = 0
     hidden_failed: int = 0
+    sessions: list[Session] = field(default_factory=list)
+    """Every session that wrote the journal: the host and process each change came from."""
+    show_sessions: bool = False
+    """Say on every change which host and session it came from, and list the sessions."""
+
+    def origin(self, session: str | None) -> str:
+        """`HOST session-id-prefix` of a session, for the FROM column."""
+        found = {s.id: s for s in self.sessions}.get(session or "")
+        if found is None:
+            return "-" if session is None else session[:8]
+        return f"{found.host} {found.id[:8]}"
 
 
 # -- selection ----------------------------------------------------------------------------
@@ -84,6 +97,7 @@ def select(
     checkpoint_id: int | None,
     everything: bool,
     agent: str | None = None,
+    show_sessions: bool = False,
 ) -> Listing:
     """Open changes that did something (all changes with `everything`), after a checkpoint
     when one is given, of one agent when one is given; the checkpoints taken from that one on."""
@@ -94,9 +108,20 @@ def select(
     changes = [c for c in journal.all_changes() if c.id > after and agent in (None, c.agent)]
     checkpoints = [cp for cp in journal.checkpoints(agent) if floor is None or cp.id >= floor.id]
     decisions = journal.decisions(floor, agent=agent)
+    sessions = journal.sessions()
+    # Changes from more than one host: where each came from matters, so say it unasked.
+    hosts = {s.host for s in sessions if s.id in {c.session for c in changes}}
+    origins: dict[str, Any] = {
+        "sessions": sessions,
+        "show_sessions": show_sessions or len(hosts) > 1,
+    }
     if everything:
         return Listing(
-            journal=journal.location, checkpoints=checkpoints, changes=changes, decisions=decisions
+            journal=journal.location,
+            checkpoints=checkpoints,
+            changes=changes,
+            decisions=decisions,
+            **origins,
         )
     undone = [c for c in changes if c.undone_at is not None]
     failed = [c for c in changes if c.undone_at is None and c.status == Status.ERROR]
@@ -108,6 +133,7 @@ def select(
         decisions=decisions,
         hidden_undone=len(undone),
         hidden_failed=len(failed),
+        **origins,
     )
 
 
@@ -145,11 +171,19 @@ def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
         # Several agents' changes: a column says whose each one is.
         agents = {c.agent for c in listing.changes} | {d.agent for d in listing.decisions}
         several = len(agents) > 1
-        rows = [_row(entry, style, width, several) for entry in timeline(listing)]
+        entries = timeline(listing)
+        rows = [_row(entry, style, width, several) for entry in entries]
         columns = (*_COLUMNS[:3], _AGENT_COLUMN, *_COLUMNS[3:]) if several else _COLUMNS
+        if listing.show_sessions:
+            rows = [
+                _with_origin(row, entry, listing) for row, entry in zip(rows, entries, strict=True)
+            ]
+            columns = (*columns[:3], _FROM_COLUMN, *columns[3:])
         lines.extend(render_table(columns, rows, width=width, style=style))
     else:
         lines.append("The journal holds no checkpoints and no changes yet.")
+    if listing.show_sessions and listing.sessions:
+        lines.extend(["", *_session_lines(listing.sessions)])
     footer = _hidden(listing)
     if footer:
         lines.extend(["", style(footer, "dim")])
@@ -176,6 +210,29 @@ def _row(entry: Entry, style: Styler, width: int, several: bool) -> Sequence[str
         Cell(text=status_text(entry), style=status_style),
         compact(entry.args),
     ]
+
+
+def _with_origin(
+    row: Sequence[str | Cell] | Rule, entry: Entry, listing: Listing
+) -> Sequence[str | Cell] | Rule:
+    """The row with the FROM column (host and session) after CHANGE."""
+    if isinstance(row, Rule):
+        return row
+    return [*row[:3], listing.origin(entry.session), *row[3:]]
+
+
+def _session_lines(sessions: list[Session]) -> list[str]:
+    lines = ["sessions (oldest first):"]
+    for session in sessions:
+        ended = "running" if session.alive else f"ended {local_time(session.ended_at or '')}"
+        if not session.alive and session.ended_at is None:
+            ended = "gone (its process stopped without ending it)"
+        scope = f", scope {session.scope}" if session.scope else ""
+        lines.append(
+            f"  {session.host} {session.id[:8]}  {agent_name(session.agent)}{scope}, "
+            f"pid {session.pid}, started {local_time(session.started_at)}, {ended}"
+        )
+    return lines
 
 
 def _decision_row(decision: Decision, several: bool) -> Sequence[str | Cell]:
@@ -205,22 +262,27 @@ def _hidden(listing: Listing) -> str:
 
 
 def render_json(listing: Listing) -> str:
+    hosts = {session.id: session.host for session in listing.sessions}
     document = {
         "journal": str(listing.journal),
         "checkpoints": [
             {**cp.to_json(), "last_change_id": cp.last_change_id, "agent": cp.agent}
             for cp in listing.checkpoints
         ],
-        "changes": [_change_json(change) for change in listing.changes],
+        "changes": [
+            {**_change_json(change), "host": hosts.get(change.session or "")}
+            for change in listing.changes
+        ],
         "decisions": [
             {**d.to_json(), "refused": d.refused, "session": d.session} for d in listing.decisions
         ],
         "hidden": {"undone": listing.hidden_undone, "failed": listing.hidden_failed},
+        "sessions": [session.to_json() for session in listing.sessions],
     }
     return json.dumps(document, indent=2, ensure_ascii=False, default=str)
 
 
-_JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note", "session")
+_JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note", "session", "scope")
 """What `log --json` shows of a change beyond what `list_changes` does."""
 
 
@@ -236,14 +298,17 @@ examples:
   compensator log --db ./journal.db --checkpoint 3     # only what came after checkpoint 3
   compensator log --db ./journal.db --all              # undone changes and failed calls too
   compensator log --db ./journal.db --json | jq '.changes[].tool'
+  compensator log --db postgresql://me@db.internal/journal --sessions   # a team's journal
 
 Changes are listed newest first with the checkpoints between them, and the calls a person
 was asked to approve or the registry denied (CHANGE "-"; STATUS says "approved by the
 person", "declined by the person", "denied by the registry", ...): a refused call changed
 nothing and is never undone. When several agents
 share the journal, an AGENT column says whose each change is (a restarted proxy continues its
-agent); --agent NAME shows one agent's. The journal is opened read-only: it is safe while a
-proxy writes it, and a missing journal is an error (exit 1).
+agent); --agent NAME shows one agent's. When the changes came from more than one host, or
+with --sessions, a FROM column gives the host and session of each, and the sessions are
+listed below (host, agent, scope, process, when they ran). The journal is opened read-only:
+it is safe while a proxy writes it, and a missing journal is an error (exit 1).
 """
 
 
@@ -271,6 +336,11 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print JSON (checkpoints and changes, full args)"
     )
     add_agent_argument(parser, "only this agent's checkpoints and changes (default: every agent's)")
+    parser.add_argument(
+        "--sessions",
+        action="store_true",
+        help="say which host and session each change came from, and list every session",
+    )
 
 
 def run_log(args: argparse.Namespace) -> int:
@@ -282,7 +352,11 @@ def run_log(args: argparse.Namespace) -> int:
     try:
         journal = open_journal(journal_path(args.db, args.config), read_only=True)
         listing = select(
-            journal, checkpoint_id=args.checkpoint, everything=args.all, agent=args.agent
+            journal,
+            checkpoint_id=args.checkpoint,
+            everything=args.all,
+            agent=args.agent,
+            show_sessions=args.sessions,
         )
     except CompensatorError as exc:
         print(f"compensator log: {exc}", file=sys.stderr)
