@@ -239,6 +239,7 @@ class PostgresJournal:
         self._requests = 0
         self._lock = threading.RLock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._outage: JournalError | None = None
         self._started = False
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -338,24 +339,55 @@ class PostgresJournal:
                 "its pending calls may be marked unknown"
             )
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def _unusable(self) -> bool:
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
-            if conn is not None:
-                self._conn = None
-                with contextlib.suppress(Exception):
-                    conn.close()
-            self._conn = conn = self._connect()
-        return conn
+        return conn is None or conn.closed or conn.broken
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The open connection, opened again when it was lost; while the lease thread finds
+        the database out of reach, its last error at once rather than another wait of up to
+        `connect_timeout` on the proxy's event loop."""
+        if self._unusable():
+            if self._outage is not None and self._started:
+                raise self._outage
+            self._drop_connection()
+            self._conn = self._connect()
+        assert self._conn is not None
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _reopen(self) -> None:
+        """For the lease thread: open a new connection without holding the store's lock (a
+        connection attempt can wait `connect_timeout`), and put it in place if still needed."""
+        try:
+            fresh: psycopg.Connection[Any] | None = self._connect()
+        except JournalError as exc:
+            self._outage = exc
+            raise
+        with self._lock:
+            if self._unusable():
+                self._drop_connection()
+                self._conn, fresh = fresh, None
+            self._outage = None
+        if fresh is not None:
+            fresh.close()
 
     def _close_connection(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(Exception):
-                    self._conn.close()
-                self._conn = None
+            self._drop_connection()
 
-    def _run(self, body: Callable[[psycopg.Connection[Any]], T], *, write: bool = False) -> T:
+    def _run(
+        self,
+        body: Callable[[psycopg.Connection[Any]], T],
+        *,
+        write: bool = False,
+        retry: bool = True,
+    ) -> T:
         """Run `body` on the connection, in one transaction when `write`. A lost connection is
         opened again and `body` run once more when it cannot have been applied: a read, a
         transaction that failed before its commit, or a body that is safe to repeat (every
@@ -373,7 +405,7 @@ class PostgresJournal:
                     return result
                 except self._psycopg.Error as exc:
                     lost = conn.closed or conn.broken
-                    if lost and attempt == 1 and not committing:
+                    if lost and retry and attempt == 1 and not committing:
                         log.info("the journal connection was lost (%s); opening it again", exc)
                         continue
                     raise self._failed(exc, write=write, committing=committing) from exc
@@ -517,18 +549,26 @@ class PostgresJournal:
         )
 
     def _renew_forever(self) -> None:
+        """Renew the lease every third of it; while the database is out of reach, try to
+        reconnect every second instead, so writes work again soon after it is back."""
         interval = max(self._lease / 3, 0.05)
-        while not self._stop.wait(interval):
+        wait = interval
+        while not self._stop.wait(wait):
             try:
+                if self._unusable():
+                    self._reopen()
                 self._run(
                     lambda conn: conn.execute(
                         "UPDATE sessions SET lease_until = now() + make_interval(secs => %s) "
                         "WHERE id = %s",
                         (self._lease, self.session),
-                    )
+                    ),
+                    retry=False,  # a lost connection is reopened above, outside the lock
                 )
+                wait = interval
             except JournalError as exc:
                 log.warning("cannot renew this session's lease in the journal: %s", exc)
+                wait = min(interval, 1.0)
             except Exception:  # the thread must live on: liveness depends on it
                 log.exception("renewing this session's lease failed")
 
