@@ -151,6 +151,7 @@ async def test_log_finds_the_journal_of_a_config_like_serve(
     assert explicit.returncode == 0 and "tasks__add_task" in explicit.stdout
 
 
+@pytest.mark.postgres_journal
 async def test_log_and_undo_on_a_postgres_journal_two_hosts_wrote(
     proxy, tasks_config, tasks_env, postgres_url: str
 ):

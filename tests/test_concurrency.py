@@ -34,7 +34,7 @@ from .conftest import by_id
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres_journal)])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The journal the test's proxies share: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
@@ -499,6 +499,7 @@ async def test_restarted_proxy_undoes_the_checkpoint_of_its_previous_process(
 # -- two machines, one PostgreSQL journal, one system -------------------------------------
 
 
+@pytest.mark.postgres_journal
 @pytest.mark.parametrize("scope", [None, "team"], ids=["own-changes", "shared-scope"])
 async def test_two_machines_on_one_postgres_journal_undo_their_own_or_the_teams(
     tasks_config: Path, tmp_path: Path, postgres_url: str, scope: str | None

@@ -32,7 +32,7 @@ from compensator.journal import open_journal as open_store
 from .faults import tally
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres_journal)])
 def address(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a test's journal is: a SQLite file, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
@@ -506,6 +506,7 @@ def test_only_one_of_many_stores_claims_a_step(address, open_journal):
     assert [c.id for c in stores[0].compensations(change)] == won
 
 
+@pytest.mark.postgres_journal
 def test_a_postgres_journal_keeps_to_its_own_schema(postgres_url: str, open_journal):
     with psycopg.connect(postgres_url, autocommit=True) as db:
         db.execute("CREATE TABLE public.changes (app_data text)")
@@ -528,6 +529,7 @@ def test_a_postgres_journal_keeps_to_its_own_schema(postgres_url: str, open_jour
     ]
 
 
+@pytest.mark.postgres_journal
 def test_postgres_problems_say_what_to_do_without_the_password(postgres_url: str):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -549,6 +551,7 @@ def test_postgres_problems_say_what_to_do_without_the_password(postgres_url: str
             open_store(postgres_url, read_only=read_only)
 
 
+@pytest.mark.postgres_journal
 def test_a_lost_postgres_connection_is_opened_again_and_nothing_doubles(
     postgres_url: str, open_journal
 ):
