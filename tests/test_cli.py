@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from compensator import __version__
 
 from .conftest import EXAMPLES, REPO
@@ -120,3 +122,44 @@ def test_demo_fails_when_the_registry_cannot_restore(tmp_path: Path):
     result = run(str(EXAMPLES / "demo.py"), "--config", str(broken), cwd=tmp_path, timeout=120)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAILED: the state after undo differs" in result.stdout
+
+
+_IMPORTS_OF = """
+import sys
+from compensator.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+heavy = sorted(name for name in ("mcp", "hypothesis", "anyio", "pydantic") if name in sys.modules)
+print("heavy:", ",".join(heavy) or "none", "exit:", code, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["--version"], ["--help"], ["log", "--help"], ["explain", "--help"], ["undo", "--help"], []],
+    ids=["version", "help", "log-help", "explain-help", "undo-help", "no-command"],
+)
+def test_help_and_version_never_import_the_sdk(words: list[str]):
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_OF, *words], capture_output=True, text=True, timeout=60
+    )
+    assert "heavy: none" in done.stderr, done.stderr
+    assert done.stdout or "usage: compensator" in done.stderr
+
+
+def test_log_reads_a_journal_without_importing_the_sdk(tmp_path: Path):
+    from compensator.journal import Intent, SQLiteJournal
+
+    journal = SQLiteJournal(tmp_path / "j.db")
+    journal.record_intent(Intent(tool="s__a", classification="reversible", args={"n": 1}))
+    journal.close()
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_OF, "log", "--db", str(tmp_path / "j.db"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "heavy: none exit: 0" in done.stderr, done.stderr
+    assert '"tool": "s__a"' in done.stdout

@@ -1,32 +1,23 @@
 """The `compensator` command line: one module per subcommand, and the table that lists them.
 
-A subcommand is a module here with `add_<name>_arguments(parser)` and `run_<name>(args) ->
-exit code`, plus one `_Command` entry below. `common.py` and `terminal.py` hold what several
-subcommands share. This is the top layer: it may import every other part of the package.
+A subcommand is a module here with `add_<name>_arguments(parser)`, `run_<name>(args) -> exit
+code` and, when it has examples, `<NAME>_EPILOG`, plus one `_Command` entry below. Only the
+module of the subcommand being run is imported (the others are named in `--help` from the
+table alone), so `--version`, `--help` and `log` start without importing the MCP SDK.
+`common.py` and `terminal.py` hold what several subcommands share. This is the top layer: it
+may import every other part of the package.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 from .. import __version__
-from .check import add_check_arguments, run_check
-from .explain import EXPLAIN_EPILOG, add_explain_arguments, run_explain
-from .init import INIT_EPILOG, add_init_arguments, run_init
-from .log import LOG_EPILOG, add_log_arguments, run_log
-from .serve import add_serve_arguments, run_serve
-from .undo import UNDO_EPILOG, add_undo_arguments, run_undo
-from .wire import (
-    UNWIRE_EPILOG,
-    WIRE_EPILOG,
-    add_unwire_arguments,
-    add_wire_arguments,
-    run_unwire,
-    run_wire,
-)
 
 __all__ = ["main"]
 
@@ -53,7 +44,9 @@ terminal what the meta tools do for an agent.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; the arguments of only the subcommand `argv` names (all, for None)."""
+    chosen = _chosen(argv)
     parser = argparse.ArgumentParser(
         prog="compensator",
         description="Ctrl+Z for AI agents: an MCP proxy that journals tool calls and undoes them.",
@@ -63,16 +56,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in _COMMANDS:
+        module = command.module() if chosen in (None, command.name) else None
         sub = commands.add_parser(
             command.name,
             help=command.help,
             description=command.description,
-            epilog=command.epilog,
+            epilog=getattr(module, f"{command.name.upper()}_EPILOG", None),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        command.add_arguments(sub)
-        sub.set_defaults(run=command.run)
+        if module is not None:
+            getattr(module, f"add_{command.name}_arguments")(sub)
+            sub.set_defaults(run=getattr(module, f"run_{command.name}"))
     return parser
+
+
+def _chosen(argv: Sequence[str] | None) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (the top-level
+    parser has no option that takes a value); "" for none or an unknown one."""
+    if argv is None:
+        return None
+    names = {command.name for command in _COMMANDS}
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in names else ""
+    return ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,9 +87,12 @@ class _Command:
     name: str
     help: str
     description: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    epilog: str | None = None
+    home: str = ""
+    """The module it lives in, when not the one named after it (`unwire` is in wire.py)."""
+
+    def module(self) -> ModuleType:
+        """The subcommand's module, imported now."""
+        return importlib.import_module(f".{self.home or self.name}", __name__)
 
 
 _COMMANDS = (
@@ -93,9 +103,6 @@ _COMMANDS = (
         "and Cursor (or in --from FILE), start them, list their tools, and write a registry: "
         "the shipped policies for servers this project knows, `read` for tools annotated "
         "readOnlyHint, and every other tool commented out, so that it stays `unknown`.",
-        add_arguments=add_init_arguments,
-        run=run_init,
-        epilog=INIT_EPILOG,
     ),
     _Command(
         name="wire",
@@ -103,18 +110,13 @@ _COMMANDS = (
         description="Rewrite each client configuration that starts a server of the registry: "
         "those servers give way to one `compensator` entry that serves the registry. Shows "
         "a diff and asks first; keeps a backup that `compensator unwire` restores.",
-        add_arguments=add_wire_arguments,
-        run=run_wire,
-        epilog=WIRE_EPILOG,
     ),
     _Command(
         name="unwire",
+        home="wire",
         help="give your MCP clients their own server lists back (undoes `wire`)",
         description="Put back the server lists `compensator wire` replaced, from its backups, "
         "keeping what else changed in those files since. Shows a diff and asks first.",
-        add_arguments=add_unwire_arguments,
-        run=run_unwire,
-        epilog=UNWIRE_EPILOG,
     ),
     _Command(
         name="serve",
@@ -122,8 +124,6 @@ _COMMANDS = (
         description="Start the downstream servers of a registry and serve them over stdio, "
         "or over streamable HTTP at http://HOST:PORT/mcp with --http, journaling every "
         "mutating call.",
-        add_arguments=add_serve_arguments,
-        run=run_serve,
     ),
     _Command(
         name="check",
@@ -132,8 +132,6 @@ _COMMANDS = (
         "the registry names that no server offers, arguments that do not fit a tool's "
         "inputSchema, unregistered tools that may mutate, `read` tools annotated destructive, "
         "and names over 64 characters. Exits 1 when any finding is an error.",
-        add_arguments=add_check_arguments,
-        run=run_check,
     ),
     _Command(
         name="log",
@@ -141,34 +139,26 @@ _COMMANDS = (
         description="List the checkpoints and the changes of a journal, newest first: time, "
         "checkpoint, change id, tool, classification, status and arguments. Shows open "
         "changes unless --all is given.",
-        add_arguments=add_log_arguments,
-        run=run_log,
-        epilog=LOG_EPILOG,
     ),
     _Command(
         name="undo",
         help="undo every change after a checkpoint (shows the plan, then asks)",
         description="Show what undoing to a checkpoint would do, ask, then start the "
         "registry's servers and compensate each change, newest first, reporting each one.",
-        add_arguments=add_undo_arguments,
-        run=run_undo,
-        epilog=UNDO_EPILOG,
     ),
     _Command(
         name="explain",
         help="explain what undo would and would not do after a tool",
         description="Print what the explain_blast_radius meta tool answers for a tool: its "
         "classification, snapshot and compensating calls, and what undo cannot restore.",
-        add_arguments=add_explain_arguments,
-        run=run_explain,
-        epilog=EXPLAIN_EPILOG,
     ),
 )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

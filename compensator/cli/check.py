@@ -14,9 +14,9 @@ import anyio
 
 from ..errors import CompensatorError
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH
-from ..registry import Registry, load_registry, registry_environment
+from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
 from ..registry.lint import Finding, LiveTool, LiveView, lint, locate, summary
-from ..wire import STARTUP_TIMEOUT, DownstreamPool, RoutedTool, sdk
+from ..wire import DownstreamPool, RoutedTool, sdk
 from .common import plural
 from .terminal import add_startup_timeout, log_to_stderr
 

@@ -14,13 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from ..classification import Classification
 from ..errors import CompensatorError
-from ..proxy import explain_tool
-from ..registry import Registry, load_registry, registry_environment
-from ..wire import STARTUP_TIMEOUT, DownstreamPool
+from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
 from .common import compact
 from .terminal import Styler, add_startup_timeout, log_to_stderr, terminal_width, wrap
 
@@ -37,6 +33,10 @@ _LABEL = 13
 
 async def explain(registry: Registry, tool: str, startup_timeout: float) -> dict[str, Any]:
     """The explanation of `tool`, with the annotations of its server when it starts."""
+    # Imported here: they load the MCP SDK, which `explain --help` does not need.
+    from ..proxy import explain_tool
+    from ..wire import DownstreamPool
+
     async with DownstreamPool(registry.servers.values(), startup_timeout=startup_timeout) as pool:
         known = pool.route(tool) is not None or registry.policy(tool) is not None
         offered = list(pool.routes)
@@ -135,6 +135,8 @@ def run_explain(args: argparse.Namespace) -> int:
     log_to_stderr()
     try:
         registry = load_registry(args.config, environ=registry_environment())
+        import anyio  # with the SDK, only when servers are started
+
         explained = anyio.run(explain, registry, args.tool, args.startup_timeout)
     except CompensatorError as exc:
         print(f"compensator explain: {exc}", file=sys.stderr)

@@ -15,15 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, open_journal
-from ..proxy import CallOutcome, Progress, Undoer, UndoReport, undo_caller
-from ..registry import Registry, load_registry, registry_environment
-from ..wire import STARTUP_TIMEOUT, DownstreamPool
+from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
 from .common import (
     add_agent_argument,
     add_registry_arguments,
@@ -44,6 +40,12 @@ from .terminal import (
     render_table,
     terminal_width,
 )
+
+if TYPE_CHECKING:
+    from ..proxy import CallOutcome, Progress, Undoer, UndoReport
+
+# The proxy, the wire and anyio load the MCP SDK: imported in the functions that undo, so that
+# `undo --help` does not.
 
 __all__ = ["UNDO_EPILOG", "Plan", "Target", "add_undo_arguments", "parse_since", "run_undo"]
 
@@ -88,6 +90,8 @@ class Plan:
 
 
 async def _no_calls(name: str, arguments: dict[str, Any]) -> CallOutcome:
+    from ..proxy import CallOutcome
+
     return CallOutcome(ok=False, error="the plan reads no state; drift is checked when undoing")
 
 
@@ -143,6 +147,8 @@ async def make_plan(
     agent: str | None = None,
 ) -> Plan:
     """`agent`: only that agent's changes; None: every agent's."""
+    from ..proxy import Undoer
+
     journal = open_journal(path, read_only=True)
     try:
         undoer = Undoer(journal, registry, _no_calls, agent=agent)
@@ -164,6 +170,9 @@ async def undo(
 ) -> UndoReport:
     """Start the servers and undo the target's open changes, newest first (only `agent`'s
     when given, else every agent's)."""
+    from ..proxy import Undoer, undo_caller
+    from ..wire import DownstreamPool
+
     journal = open_journal(path, person=True)
     try:
         undoer = Undoer(journal, registry, _no_calls, agent=agent)
@@ -368,6 +377,8 @@ def run_undo(args: argparse.Namespace) -> int:
     try:
         registry = load_registry(args.config, environ=registry_environment())
         path = journal_path(args.db, args.config)
+        import anyio
+
         plan = anyio.run(make_plan, registry, path, _target(args), args.force, args.agent)
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
@@ -405,6 +416,8 @@ def _run(args: argparse.Namespace, registry: Registry, path: str | Path, style: 
 
     def show(kind: str, entry: dict[str, Any]) -> None:
         print(progress_line(kind, entry, style), flush=True)
+
+    import anyio
 
     try:
         report = anyio.run(

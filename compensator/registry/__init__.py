@@ -13,6 +13,7 @@ from ..classification import Classification
 from .expressions import CONTEXT_NAMES, Expression, Template, compile_expression, compile_template
 from .loader import load_registry, parse_registry
 from .model import (
+    STARTUP_TIMEOUT,
     AutoCheckpoints,
     Defaults,
     InverseStep,
@@ -30,6 +31,7 @@ from .variables import Concealer, registry_environment
 __all__ = [
     "CONTEXT_NAMES",
     "REDACTED",
+    "STARTUP_TIMEOUT",
     "AutoCheckpoints",
     "Classification",
     "Concealer",

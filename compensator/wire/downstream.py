@@ -16,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from ..errors import DownstreamError
-from ..registry import Concealer, ServerSpec
+from ..registry import STARTUP_TIMEOUT, Concealer, ServerSpec
 from . import sdk
 
 __all__ = [
@@ -32,9 +32,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-
-STARTUP_TIMEOUT = 30.0
-"""Seconds a server gets to spawn, initialize and list its tools before it is left out."""
 
 RESTART_BACKOFF = 0.5
 """Seconds before retrying a server whose restart failed; doubled after each failed retry."""
