@@ -282,7 +282,10 @@ class PostgresJournal:
 
     # -- the connection ------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, *, resume: bool = True) -> psycopg.Connection[Any]:
+        """A new connection, set up; after the session began, also holding its lock again
+        (`resume=False`: the caller does that once it knows the connection is the one kept).
+        Errors are JournalError."""
         from psycopg.rows import dict_row
 
         try:
@@ -311,8 +314,11 @@ class PostgresJournal:
                 conn.execute("SET default_transaction_read_only = on")
             if self._fsync:
                 conn.execute("SET synchronous_commit = on")
-            if self._started:
+            if self._started and resume:
                 self._resume_session(conn)
+        except self._psycopg.Error as exc:
+            conn.close()
+            raise self._failed(exc, write=False, committing=False) from exc
         except BaseException:
             conn.close()
             raise
@@ -324,8 +330,19 @@ class PostgresJournal:
         held = _one(conn.execute("SELECT pg_try_advisory_lock(%s) AS held", (self._lock_key,)))[
             "held"
         ]
-        if not held:  # the old connection's backend has not ended yet
-            log.warning("the journal still holds this session's old connection")
+        if not held:
+            # Only this session's old connection can hold its key: its backend has not noticed
+            # yet that the connection is gone (a cut network). End that backend, then wait for
+            # the lock (within statement_timeout), so that the session never runs without it.
+            log.warning("the journal still holds this session's old connection; ending it")
+            conn.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+                "AND l.pid <> pg_backend_pid() "
+                "AND ((l.classid::bigint << 32) | l.objid::bigint) = %s",
+                (self._lock_key,),
+            )
+            conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
         revived = conn.execute(
             "UPDATE sessions SET ended_at = NULL, "
             "lease_until = now() + make_interval(secs => %s) "
@@ -365,12 +382,19 @@ class PostgresJournal:
         """For the lease thread: open a new connection without holding the store's lock (a
         connection attempt can wait `connect_timeout`), and put it in place if still needed."""
         try:
-            fresh: psycopg.Connection[Any] | None = self._connect()
+            fresh: psycopg.Connection[Any] | None = self._connect(resume=False)
         except JournalError as exc:
             self._outage = exc
             raise
         with self._lock:
             if self._unusable():
+                assert fresh is not None
+                try:  # under the lock: only the connection kept takes the session's lock
+                    self._resume_session(fresh)
+                except self._psycopg.Error as exc:
+                    fresh.close()
+                    self._outage = self._failed(exc, write=False, committing=False)
+                    raise self._outage from exc
                 self._drop_connection()
                 self._conn, fresh = fresh, None
             self._outage = None
