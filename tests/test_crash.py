@@ -1,4 +1,6 @@
-"""Crash fault injection: SIGKILL the proxy during forwarded calls and during undo_to.
+"""Crash fault injection: SIGKILL the proxy during forwarded calls and during undo_to, on
+either journal backend (each test runs twice: `sqlite`, a journal file, and `postgres`, a
+fresh database on the suite's PostgreSQL server, tests/postgres.py).
 
 Downstream is tests/servers/ledger_server.py, a key-value store that writes one ledger line per
 mutation it applied (and one per call it received), so after every kill the test knows exactly
@@ -11,8 +13,10 @@ After each kill a new proxy starts on the same journal and the test checks:
   unknown     calls whose outcome was never recorded are `unknown` and listed by list_changes;
   resumable   undo_to continues an interrupted undo; steps recorded done are not re-run;
   twice = 0   no change is compensated twice (the compensating tools are not idempotent);
-  integrity   the journal passes PRAGMA integrity_check; the store matches the ledger and
-              what undo should have left.
+  integrity   the journal is consistent: SQLite's PRAGMA integrity_check passes (on
+              PostgreSQL the server keeps that promise), every compensation has its change,
+              and no change is still `pending` for a session that has ended; the store
+              matches the ledger and what undo should have left.
 Two more tests hold a compensating call in flight (the server applied it and waits before
 answering), kill the proxy, and show what happens to that in-doubt step: re-sent only when
 its tool is `idempotent: true`, reported "in doubt:" otherwise, re-sent by force=true.
@@ -38,10 +42,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psycopg
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from psycopg.rows import dict_row
 
+from compensator.journal.postgres import is_postgres_url
 from pytest_compensator.client import ProxyClient
 from tests.faults import tally
 
@@ -87,6 +94,16 @@ tools:
 """
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres_journal)])
+def journal_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where the proxies journal: a SQLite file, or the URL of a fresh PostgreSQL database
+    (its fixture requested only for that variant, so the SQLite one needs no server)."""
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return tmp_path / "journal.db"
+
+
 # -- the rig: a journal, a ledger folder, and proxies started and killed on them ---------------
 
 
@@ -111,11 +128,13 @@ class Running:
 class Rig:
     """One journal, one ledger folder, the registry over them, and proxies started on them."""
 
-    def __init__(self, tmp: Path, *, idempotent_delete: bool = False) -> None:
+    def __init__(
+        self, tmp: Path, *, journal: Path | str | None = None, idempotent_delete: bool = False
+    ) -> None:
         self.tmp = tmp
         self.dir = tmp / "ledger"
         self.dir.mkdir()
-        self.db = tmp / "journal.db"
+        self.db: Path | str = tmp / "journal.db" if journal is None else journal
         self.config = tmp / "registry.yaml"
         self.config.write_text(
             REGISTRY.format(
@@ -192,6 +211,21 @@ class Rig:
     def journal(self) -> Journal:
         return Journal.read(self.db)
 
+    async def journal_released(self) -> None:
+        """Wait until no proxy is connected to a PostgreSQL journal any more. A killed proxy
+        counts as dead once PostgreSQL has seen its connection close, which its backend
+        notices a moment after the kill (SQLite: once the process is gone, which
+        `Running.close` waits for); the next proxy must start after that."""
+        if not is_postgres_url(self.db):
+            return
+        with anyio.move_on_after(15):
+            while proxy_backends(str(self.db)):
+                await anyio.sleep(0.02)
+            return
+        raise AssertionError(
+            f"proxies still connected to the journal: {proxy_backends(str(self.db))}"
+        )
+
     def stderr_tail(self, lines: int = 25) -> list[str]:
         path = self.tmp / "proxy-stderr.log"
         return path.read_text().splitlines()[-lines:] if path.exists() else []
@@ -214,36 +248,82 @@ async def wait_gone(pid: int, what: str) -> None:
     raise AssertionError(f"{what} (pid {pid}) still runs 15 s after its proxy was killed")
 
 
-# -- the journal as SQLite sees it -----------------------------------------------------------
+# -- the journal as its database sees it -----------------------------------------------------
+
+TEST_APPLICATION = "compensator-tests"
+"""The application_name of the tests' own PostgreSQL connections; the proxy's say
+`mcp-compensator`."""
+
+
+def pg_connect(url: str) -> psycopg.Connection[dict[str, Any]]:
+    """A connection of the test's own to a PostgreSQL journal, in the journal's schema."""
+    con = psycopg.connect(
+        url,
+        autocommit=True,
+        row_factory=dict_row,
+        application_name=TEST_APPLICATION,
+        connect_timeout=10,
+    )
+    con.execute("SET search_path = compensator, pg_catalog")
+    return con
+
+
+def proxy_backends(url: str) -> list[int]:
+    """The server processes of the journal stores connected to this database (the proxies')."""
+    with pg_connect(url) as con:
+        rows = con.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'mcp-compensator'"
+        ).fetchall()
+    return [int(row["pid"]) for row in rows]
+
+
+CONSISTENCY = {
+    "compensations whose change is missing": (
+        "SELECT s.id FROM compensations s LEFT JOIN changes c ON c.id = s.change_id "
+        "WHERE c.id IS NULL ORDER BY s.id"
+    ),
+    # recover_abandoned ends a dead session and marks its pending calls unknown together.
+    "changes still pending whose session has ended": (
+        "SELECT c.id FROM changes c LEFT JOIN sessions s ON s.id = c.session "
+        "WHERE c.status = 'pending' AND (s.id IS NULL OR s.ended_at IS NOT NULL) ORDER BY c.id"
+    ),
+}
+"""Queries (the same on both backends) for rows no journal may hold; each names what it
+found."""
+
+CHANGES = "SELECT id, tool, status, args, result, undone_at, undo_note FROM changes ORDER BY id"
+STEPS = "SELECT id, change_id, step, tool, args, status FROM compensations ORDER BY id"
 
 
 @dataclass
 class Journal:
-    integrity: str
+    integrity: str  # "ok", or what is wrong
     changes: list[dict[str, Any]]
     steps: list[dict[str, Any]]
 
     @classmethod
-    def read(cls, db: Path) -> Journal:
-        con = sqlite3.connect(db, timeout=10)
-        con.row_factory = sqlite3.Row
+    def read(cls, db: Path | str) -> Journal:
+        con: Any
+        if is_postgres_url(db):
+            # PostgreSQL guards its own pages; what is checked is what the journal promises.
+            con = pg_connect(str(db))
+            problems = []
+        else:
+            con = sqlite3.connect(db, timeout=10)
+            con.row_factory = sqlite3.Row
+            pragma = "; ".join(str(r[0]) for r in con.execute("PRAGMA integrity_check"))
+            problems = [] if pragma == "ok" else [f"PRAGMA integrity_check: {pragma}"]
         try:
-            integrity = "; ".join(str(r[0]) for r in con.execute("PRAGMA integrity_check"))
-            changes = [
-                dict(r)
-                for r in con.execute(
-                    "SELECT id, tool, status, args, result, undone_at, undo_note FROM changes "
-                    "ORDER BY id"
-                )
-            ]
-            steps = [
-                dict(r)
-                for r in con.execute(
-                    "SELECT id, change_id, step, tool, args, status FROM compensations ORDER BY id"
-                )
-            ]
+            for what, query in CONSISTENCY.items():
+                found = [dict(r)["id"] for r in con.execute(query)]
+                if found:
+                    problems.append(f"{what}: {found}")
+            changes = [dict(r) for r in con.execute(CHANGES)]
+            steps = [dict(r) for r in con.execute(STEPS)]
         finally:
             con.close()
+        integrity = "; ".join(problems) or "ok"
         for row in [*changes, *steps]:
             for key in ("args", "result"):
                 if isinstance(row.get(key), str):
@@ -370,7 +450,7 @@ def audit_journal_and_ledger(audit: Audit, rig: Rig, *, final: bool) -> Journal:
     changes = journal.of(keys)
     lines = rig.ledger()
     ledger = Ledger.split(lines)
-    audit.check(journal.integrity == "ok", f"PRAGMA integrity_check: {journal.integrity}")
+    audit.check(journal.integrity == "ok", f"journal integrity: {journal.integrity}")
     pending = [c["id"] for c in journal.changes if c["status"] == "pending"]
     audit.check(not pending, f"changes {pending} still `pending` after a restart")
 
@@ -501,6 +581,7 @@ async def restart(rig: Rig, dead: Running) -> Running:
     """Reap the killed proxy, start a new one on the same journal, and wait until the old
     downstream (orphaned, maybe finishing a call) has exited before anyone reads the ledger."""
     await dead.close()
+    await rig.journal_released()
     rig.delay(0, 0)
     running = await rig.start()
     await wait_gone(dead.server_pid, "the killed proxy's ledger server")
@@ -519,12 +600,12 @@ def ids(entries: list[dict[str, Any]]) -> set[int]:
 
 
 @pytest.mark.thorough
-async def test_sigkill_during_forwarded_calls(tmp_path: Path) -> None:
+async def test_sigkill_during_forwarded_calls(tmp_path: Path, journal_db: Path | str) -> None:
     """Kill the proxy at a random moment while puts are in flight (some slow, some concurrent);
     the next proxy finds every received call journaled, the unanswered ones `unknown` and
     listed, and undo_to puts back exactly the changes known to have happened."""
     rng = random.Random(SEED)
-    rig = Rig(tmp_path)
+    rig = Rig(tmp_path, journal=journal_db)
     stats: Counter[str] = Counter()
     injected = survived = lost = twice = 0
     running = await rig.start()
@@ -613,12 +694,12 @@ async def test_sigkill_during_forwarded_calls(tmp_path: Path) -> None:
 
 
 @pytest.mark.thorough
-async def test_sigkill_during_undo(tmp_path: Path) -> None:
+async def test_sigkill_during_undo(tmp_path: Path, journal_db: Path | str) -> None:
     """Kill the proxy at a random moment of undo_to (compensations slow); the next proxy's
     undo_to continues without re-running steps recorded done, reports a step the dead proxy had
     started as in doubt instead of repeating it, and nothing is compensated twice."""
     rng = random.Random(SEED + 1)
-    rig = Rig(tmp_path)
+    rig = Rig(tmp_path, journal=journal_db)
     stats: Counter[str] = Counter()
     injected = survived = lost = twice = 0
     running = await rig.start()
@@ -713,11 +794,13 @@ async def kill_when(running: Running, work: Awaitable[Any], ready: str, seen: An
         raise AssertionError(f"{ready} never showed up in the ledger within 20 s")
 
 
-async def test_in_doubt_step_reruns_only_when_idempotent(tmp_path: Path) -> None:
+async def test_in_doubt_step_reruns_only_when_idempotent(
+    tmp_path: Path, journal_db: Path | str
+) -> None:
     """A compensating step the killed proxy had sent is in doubt. put (not idempotent) is
     reported "in doubt:" and not sent again, even on later undo_to; delete (`idempotent: true`
     in this registry) is simply sent again."""
-    rig = Rig(tmp_path, idempotent_delete=True)
+    rig = Rig(tmp_path, journal=journal_db, idempotent_delete=True)
     injected = survived = 0
     running = await rig.start()
     try:
@@ -772,9 +855,9 @@ async def test_in_doubt_step_reruns_only_when_idempotent(tmp_path: Path) -> None
         await running.close()
 
 
-async def test_force_reruns_an_in_doubt_step(tmp_path: Path) -> None:
+async def test_force_reruns_an_in_doubt_step(tmp_path: Path, journal_db: Path | str) -> None:
     """undo_to(force=true) sends an in-doubt, non-idempotent compensating call again."""
-    rig = Rig(tmp_path)
+    rig = Rig(tmp_path, journal=journal_db)
     injected = survived = 0
     running = await rig.start()
     try:

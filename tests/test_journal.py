@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -558,15 +559,19 @@ def test_a_lost_postgres_connection_is_opened_again_and_nothing_doubles(
     journal = open_journal(postgres_url)
     other = open_journal(postgres_url)
     first = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
-    killed = sql(
+    ((backend,),) = sql(
         postgres_url,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = "
-        "(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
         "AND ((classid::bigint << 32) | objid::bigint) = "
-        "(SELECT lock_key FROM sessions WHERE id = ?))",
+        "(SELECT lock_key FROM sessions WHERE id = ?)",
         (journal.session,),
     )
-    assert killed == [(True,)]
+    assert sql(postgres_url, "SELECT pg_terminate_backend(?)", (backend,)) == [(True,)]
+    # pg_terminate_backend only signals: wait until the backend, and so its lock, is gone.
+    deadline = time.monotonic() + 30
+    while sql(postgres_url, "SELECT 1 FROM pg_stat_activity WHERE pid = ?", (backend,)):
+        assert time.monotonic() < deadline, f"backend {backend} still runs 30 s after its end"
+        time.sleep(0.01)
     # The session's lock went with its connection: for the others it is dead until it is back.
     assert other.recover_abandoned() == 1
     assert other.change(first).status == Status.UNKNOWN
