@@ -34,23 +34,34 @@ def find_pg_ctl() -> str | None:
 
 PG_CTL = find_pg_ctl()
 
-if PG_CTL is None:
 
-    @pytest.fixture(scope="session")
-    def postgresql_proc() -> Any:
-        pytest.skip("PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql)")
+def server_fixture() -> Any:
+    """A session fixture that starts a PostgreSQL server of its own (one per xdist worker),
+    or skips the test, saying why, on a machine without pg_ctl."""
+    if PG_CTL is None:
 
-else:
+        @pytest.fixture(scope="session")
+        def missing() -> Any:
+            pytest.skip("PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql)")
+
+        return missing
     # port=None: a free port per server; pytest-postgresql keeps xdist workers' ports apart.
-    postgresql_proc = factories.postgresql_proc(
+    return factories.postgresql_proc(
         executable=str(WRAPPER) if os.geteuid() == 0 else PG_CTL, port=None
     )
 
+
+def url_of(connection: Any) -> str:
+    """libpq URL of a psycopg connection's database (user without password, trust auth)."""
+    info = connection.info
+    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+
+postgresql_proc = server_fixture()
 postgresql = factories.postgresql("postgresql_proc")
 
 
 @pytest.fixture
 def postgres_url(postgresql: Any) -> str:
-    """libpq URL of the test's fresh database (user without password, trust auth)."""
-    info = postgresql.info
-    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+    """libpq URL of the test's fresh database."""
+    return url_of(postgresql)

@@ -35,7 +35,7 @@ from compensator.journal import Intent
 from compensator.journal.postgres import PostgresJournal
 from pytest_compensator.client import ProxyClient, ToolReply
 
-from .postgres import PG_CTL, WRAPPER
+from .postgres import server_fixture, url_of
 from .test_crash import (
     HOLD,
     Ledger,
@@ -53,26 +53,15 @@ JOURNAL_REFUSAL = "was not called, because the journal cannot record it"
 
 # -- a PostgreSQL server of this module's own, which a test stops and starts --------------------
 
-if PG_CTL is None:
-
-    @pytest.fixture(scope="session")
-    def restartable_postgresql_proc() -> Any:
-        pytest.skip("PostgreSQL is not installed (no pg_ctl on PATH or in /usr/lib/postgresql)")
-
-else:
-    # Like tests/postgres.py's, but only the server-restart test uses it, so stopping it
-    # disturbs no other test of the worker.
-    restartable_postgresql_proc = factories.postgresql_proc(
-        executable=str(WRAPPER) if os.geteuid() == 0 else PG_CTL, port=None
-    )
-
+# Like tests/postgres.py's, but only the server-restart test uses it, so stopping it disturbs
+# no other test of the worker.
+restartable_postgresql_proc = server_fixture()
 restartable_postgresql = factories.postgresql("restartable_postgresql_proc")
 
 
 @pytest.fixture
 def restartable_postgres_url(restartable_postgresql: Any) -> str:
-    info = restartable_postgresql.info
-    return f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}"
+    return url_of(restartable_postgresql)
 
 
 # -- waiting for events ------------------------------------------------------------------------

@@ -17,18 +17,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import JournalError
 from .records import (
-    Answer,
-    Change,
     Checkpoint,
     Compensation,
-    Decision,
     Intent,
     Session,
     Status,
     StepOutcome,
     StepStatus,
 )
-from .rows import CHANGE_COLUMNS, change_from_row, dump, host_identity, load, now
+from .rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
 from .sqlite import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -158,13 +155,6 @@ _ALIVE = """(s.ended_at IS NULL AND s.lease_until > now() AND EXISTS (
 connection took still held (PostgreSQL drops it the moment that connection ends, so a killed
 proxy is dead at once, while a hung or cut-off one is dead once its lease runs out)."""
 
-_CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent, scope"
-_DECISION_COLUMNS = (
-    "id, tool, classification, args, answer, reason, created_at, last_change_id, "
-    "last_checkpoint_id, session, agent, scope"
-)
-_COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid, session"
-
 
 def is_postgres_url(target: str | os.PathLike[str]) -> bool:
     """Whether a journal address is a PostgreSQL connection URL, not a file path."""
@@ -181,16 +171,7 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def _whose(agent: str | None, scope: str | None) -> tuple[str, list[Any]]:
-    """The rows of an agent, and of its shared scope when it has one; every row for None."""
-    if agent is None:
-        return "TRUE", []
-    if scope is None:
-        return "agent = %s", [agent]
-    return "(agent = %s OR scope = %s)", [agent, scope]
-
-
-class PostgresJournal:
+class PostgresJournal(Reads):
     """A `JournalStore` in a PostgreSQL database: the tables live in its `compensator` schema,
     created on first use; one connection per store, in autocommit mode, every write one
     statement or one short transaction.
@@ -612,7 +593,7 @@ class PostgresJournal:
                 "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
                 "scope, request) SELECT %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
                 "%s, %s, %s, %s FROM ordered ON CONFLICT (session, request) DO NOTHING "
-                f"RETURNING {_CHECKPOINT_COLUMNS}",
+                f"RETURNING {CHECKPOINT_COLUMNS}",
                 (
                     _LOCK_CLASS,
                     _ORDER_LOCK,
@@ -626,29 +607,13 @@ class PostgresJournal:
             ).fetchone()
             if row is None:  # a retry after the first attempt was kept
                 row = conn.execute(
-                    f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints "
+                    f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints "
                     "WHERE session = %s AND request = %s",
                     (self.session, request),
                 ).fetchone()
             return _one(row)
 
         return Checkpoint(**self._write(body))
-
-    def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
-        rows = self._query(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = %s", (checkpoint_id,)
-        )
-        return Checkpoint(**rows[0]) if rows else None
-
-    def checkpoints(
-        self, agent: str | None = None, *, scope: str | None = None
-    ) -> list[Checkpoint]:
-        where, params = _whose(agent, scope)
-        rows = self._query(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE {where} ORDER BY id DESC",
-            params,
-        )
-        return [Checkpoint(**row) for row in rows]
 
     # -- changes -------------------------------------------------------------------------
 
@@ -723,34 +688,6 @@ class PostgresJournal:
 
         return self._write(body)
 
-    def change(self, change_id: int) -> Change | None:
-        changes = self._changes("id = %s", (change_id,))
-        return changes[0] if changes else None
-
-    def open_changes(
-        self,
-        after_checkpoint: Checkpoint | None = None,
-        *,
-        agent: str | None = None,
-        scope: str | None = None,
-    ) -> list[Change]:
-        where, params = _whose(agent, scope)
-        where += " AND undone_at IS NULL"
-        if after_checkpoint is not None:
-            where += " AND id > %s"
-            params.append(after_checkpoint.last_change_id)
-        return self._changes(f"{where} ORDER BY id DESC", params)
-
-    def unknown_changes(self) -> list[Change]:
-        return self._changes("undone_at IS NULL AND status = %s ORDER BY id", (Status.UNKNOWN,))
-
-    def all_changes(self) -> list[Change]:
-        return self._changes("TRUE ORDER BY id DESC", ())
-
-    def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
-        rows = self._query(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE {where}", params)
-        return [change_from_row(row) for row in rows]
-
     def sessions(self) -> list[Session]:
         rows = self._query(
             f"SELECT s.id, s.agent, s.host, s.pid, s.scope, s.started_at, s.ended_at, "
@@ -786,34 +723,7 @@ class PostgresJournal:
 
         return self._write(body)
 
-    def decisions(
-        self,
-        after_checkpoint: Checkpoint | None = None,
-        *,
-        agent: str | None = None,
-        scope: str | None = None,
-        refused: bool = False,
-    ) -> list[Decision]:
-        where, params = _whose(agent, scope)
-        if after_checkpoint is not None:
-            where += " AND last_checkpoint_id >= %s"
-            params.append(after_checkpoint.id)
-        if refused:
-            where += " AND answer = ANY(%s)"
-            params.append(list(Answer.REFUSED))
-        rows = self._query(
-            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY id DESC", params
-        )
-        return [Decision(**{**row, "args": load(row["args"])}) for row in rows]
-
     # -- compensations -------------------------------------------------------------------
-
-    def compensations(self, change_id: int) -> list[Compensation]:
-        rows = self._query(
-            f"SELECT {_COMPENSATION_COLUMNS} FROM compensations WHERE change_id = %s ORDER BY id",
-            (change_id,),
-        )
-        return [Compensation(**{**row, "args": load(row["args"])}) for row in rows]
 
     def record_step_started(
         self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
@@ -889,6 +799,10 @@ class PostgresJournal:
     def _statement(self, sql: str, params: Sequence[Any]) -> None:
         """One write statement that is safe to repeat, in its own transaction."""
         self._run(lambda conn: conn.execute(sql, params))  # type: ignore[call-overload]
+
+    def _select(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        # The shared reads write `?`; psycopg's placeholder is %s (no `?` operator is used).
+        return self._query(sql.replace("?", "%s"), params)
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
         return self._run(lambda conn: conn.execute(sql, params).fetchall())  # type: ignore[call-overload]

@@ -14,18 +14,15 @@ from typing import Any
 
 from ..errors import JournalError
 from .records import (
-    Answer,
-    Change,
     Checkpoint,
     Compensation,
-    Decision,
     Intent,
     Session,
     Status,
     StepOutcome,
     StepStatus,
 )
-from .rows import CHANGE_COLUMNS, change_from_row, dump, host_identity, load, now
+from .rows import Reads, dump, host_identity, now
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal"]
 
@@ -131,13 +128,6 @@ MIGRATIONS: tuple[str, ...] = (
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
-_CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent, scope"
-_DECISION_COLUMNS = (
-    "id, tool, classification, args, answer, reason, created_at, last_change_id, "
-    "last_checkpoint_id, session, agent, scope"
-)
-_COMPENSATION_COLUMNS = "id, change_id, step, tool, args, status, error, created_at, pid, session"
-
 
 def _create_private(path: Path) -> None:
     """Create the file readable by the owner only; SQLite gives its -wal and -shm the same mode."""
@@ -240,7 +230,7 @@ def _person_sentence(exc: sqlite3.Error) -> str:
     return "SQLite's own words follow"
 
 
-class SQLiteJournal:
+class SQLiteJournal(Reads):
     """A `JournalStore` in one SQLite file; one connection per store, every write a short
     `BEGIN IMMEDIATE` transaction.
 
@@ -467,21 +457,6 @@ class SQLiteJournal:
             scope=self.scope,
         )
 
-    def checkpoint(self, checkpoint_id: int) -> Checkpoint | None:
-        row = self._query_one(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)
-        )
-        return None if row is None else Checkpoint(**dict(row))
-
-    def checkpoints(
-        self, agent: str | None = None, *, scope: str | None = None
-    ) -> list[Checkpoint]:
-        where, params = _whose(agent, scope)
-        rows = self._query(
-            f"SELECT {_CHECKPOINT_COLUMNS} FROM checkpoints WHERE {where} ORDER BY id DESC", params
-        )
-        return [Checkpoint(**dict(row)) for row in rows]
-
     # -- changes ----------------------------------------------------------------------
 
     def record_intent(self, intent: Intent) -> int:
@@ -546,34 +521,6 @@ class SQLiteJournal:
                 )
         return len(rows)
 
-    def change(self, change_id: int) -> Change | None:
-        row = self._query_one(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE id = ?", (change_id,))
-        return None if row is None else change_from_row(dict(row))
-
-    def open_changes(
-        self,
-        after_checkpoint: Checkpoint | None = None,
-        *,
-        agent: str | None = None,
-        scope: str | None = None,
-    ) -> list[Change]:
-        where, params = _whose(agent, scope)
-        where += " AND undone_at IS NULL"
-        if after_checkpoint is not None:
-            where += " AND id > ?"
-            params.append(after_checkpoint.last_change_id)
-        return self._changes(f"{where} ORDER BY id DESC", params)
-
-    def unknown_changes(self) -> list[Change]:
-        return self._changes("undone_at IS NULL AND status = ? ORDER BY id", (Status.UNKNOWN,))
-
-    def all_changes(self) -> list[Change]:
-        return self._changes("1 ORDER BY id DESC", ())
-
-    def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
-        rows = self._query(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE {where}", params)
-        return [change_from_row(dict(row)) for row in rows]
-
     def sessions(self) -> list[Session]:
         rows = self._query(
             "SELECT id, agent, host, pid, scope, started_at, ended_at FROM sessions ORDER BY rowid",
@@ -612,34 +559,7 @@ class SQLiteJournal:
                 ),
             )
 
-    def decisions(
-        self,
-        after_checkpoint: Checkpoint | None = None,
-        *,
-        agent: str | None = None,
-        scope: str | None = None,
-        refused: bool = False,
-    ) -> list[Decision]:
-        where, params = _whose(agent, scope)
-        if after_checkpoint is not None:
-            where += " AND last_checkpoint_id >= ?"
-            params.append(after_checkpoint.id)
-        if refused:
-            where += f" AND answer IN ({', '.join('?' for _ in Answer.REFUSED)})"
-            params.extend(Answer.REFUSED)
-        rows = self._query(
-            f"SELECT {_DECISION_COLUMNS} FROM decisions WHERE {where} ORDER BY id DESC", params
-        )
-        return [Decision(**{**dict(row), "args": load(row["args"])}) for row in rows]
-
     # -- compensations ----------------------------------------------------------------
-
-    def compensations(self, change_id: int) -> list[Compensation]:
-        rows = self._query(
-            f"SELECT {_COMPENSATION_COLUMNS} FROM compensations WHERE change_id = ? ORDER BY id",
-            (change_id,),
-        )
-        return [Compensation(**{**dict(row), "args": load(row["args"])}) for row in rows]
 
     def record_step_started(
         self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
@@ -701,6 +621,9 @@ class SQLiteJournal:
             except sqlite3.Error as exc:
                 raise self._failed("read", exc) from exc
 
+    def _select(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        return [dict(row) for row in self._query(sql, params)]
+
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
         rows = self._query(sql, params)
         return rows[0] if rows else None
@@ -735,12 +658,3 @@ class _Tx:
             "UPDATE changes SET undone_at = ?, undo_note = ? WHERE id = ? AND undone_at IS NULL",
             (now(), note, change_id),
         )
-
-
-def _whose(agent: str | None, scope: str | None) -> tuple[str, list[Any]]:
-    """The rows of an agent, and of its shared scope when it has one; every row for None."""
-    if agent is None:
-        return "1", []
-    if scope is None:
-        return "agent = ?", [agent]
-    return "(agent = ? OR scope = ?)", [agent, scope]
