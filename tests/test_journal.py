@@ -584,3 +584,27 @@ def test_a_lost_postgres_connection_is_opened_again_and_nothing_doubles(
     assert other.recover_abandoned() == 0
     assert other.change(second).status == Status.PENDING
     tally("journal connection killed", injected=1, survived=1)
+
+
+_OPENS_AT_ONCE = """
+import sys, time
+from compensator.journal import open_journal
+start = float(sys.argv[2])
+while time.time() < start:  # every process opens the new journal at the same moment
+    pass
+open_journal(sys.argv[1]).close()
+"""
+
+
+def test_processes_opening_a_new_journal_at_once_all_start(address: str):
+    start = time.time() + 1.5  # after every interpreter has started, even on a busy machine
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENS_AT_ONCE, address, str(start)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    errors = [(p.communicate(timeout=60)[1], p.returncode) for p in procs]
+    assert [text for text, code in errors if code != 0] == []

@@ -588,15 +588,16 @@ class PostgresJournal(Reads):
         request = self._request()
 
         def body(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            # The lock in a statement of its own: the INSERT's snapshot is then taken once the
+            # lock is held, so it sees every change committed before the checkpoint (a
+            # statement's snapshot is taken when it starts, before it waits for a lock).
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _ORDER_LOCK))
             row = conn.execute(
-                "WITH ordered AS (SELECT pg_advisory_xact_lock(%s, %s)) "
                 "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
                 "scope, request) SELECT %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
-                "%s, %s, %s, %s FROM ordered ON CONFLICT (session, request) DO NOTHING "
+                "%s, %s, %s, %s ON CONFLICT (session, request) DO NOTHING "
                 f"RETURNING {CHECKPOINT_COLUMNS}",
                 (
-                    _LOCK_CLASS,
-                    _ORDER_LOCK,
                     label,
                     created,
                     self.session,

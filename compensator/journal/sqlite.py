@@ -7,6 +7,7 @@ import fcntl
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -390,7 +391,18 @@ class SQLiteJournal(Reads):
         )
 
     def _configure(self) -> None:
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Switching a new file to WAL takes an exclusive lock, and SQLite answers "locked" at
+        # once, without its busy timeout, to a process that asks while another switches it:
+        # processes opening one new journal together try again for up to 10 s.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         self._db.execute(f"PRAGMA synchronous={self._synchronous}")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA busy_timeout=10000")
@@ -401,6 +413,10 @@ class SQLiteJournal(Reads):
             raise JournalError(self._version_problem(version))
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._transaction() as tx:
+                # Read again inside the write lock: another process opening the same new
+                # journal at the same moment may have migrated it meanwhile.
+                if tx.scalar("PRAGMA user_version") >= target:
+                    continue
                 tx.run_script(MIGRATIONS[target - 1])
                 tx.execute(f"PRAGMA user_version={target}")
 
