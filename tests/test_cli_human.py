@@ -173,8 +173,8 @@ async def test_log_and_undo_on_a_postgres_journal_two_hosts_wrote(
     assert "sessions (oldest first):" in shown.stdout
     assert shown.stdout.count("ended") == 2 and "running" not in shown.stdout
     document = json.loads(cli("log", "--db", postgres_url, "--json").stdout)
-    # The proxy restarted on the build box carried on the laptop's agent: one agent, two hosts.
-    assert len({c["agent"] for c in document["changes"]}) == 1
+    # A proxy never carries on an agent of another host: two hosts, two agents.
+    assert len({c["agent"] for c in document["changes"]}) == 2
     hosts = {c["tool"]: c["host"] for c in document["changes"]}
     assert hosts["tasks__add_label"] == "build-box" and hosts["tasks__add_task"] == "laptop"
     assert [s["host"] for s in document["sessions"]] == ["laptop", "build-box"]

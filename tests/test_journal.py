@@ -540,11 +540,15 @@ def test_postgres_problems_say_what_to_do_without_the_password(postgres_url: str
         open_store(url)
     message = str(caught.value)
     assert f"cannot reach the journal database postgresql://me@127.0.0.1:{port}/journal" in message
-    assert "mutating calls are refused" in message and "s3cret" not in message
+    assert "the proxy needs its journal to start" in message and "s3cret" not in message
     with pytest.raises(JournalError, match=r"no journal in postgresql://.*no compensator schema"):
         open_store(postgres_url, read_only=True)
-    with pytest.raises(JournalError, match="not a valid PostgreSQL connection string"):
-        open_store("postgresql://me@host/x?no_such_option=1")
+    for bad in ("postgresql://me@host/x?no_such_option=1", "postgresql://me:s3cr%zzet@host/db"):
+        with pytest.raises(
+            JournalError, match="not a valid PostgreSQL connection string"
+        ) as bad_url:
+            open_store(bad)
+        assert "s3cr" not in str(bad_url.value)
     open_store(postgres_url).close()
     sql(postgres_url, "UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     for read_only in (False, True):
@@ -608,3 +612,103 @@ def test_processes_opening_a_new_journal_at_once_all_start(address: str):
     ]
     errors = [(p.communicate(timeout=60)[1], p.returncode) for p in procs]
     assert [text for text, code in errors if code != 0] == []
+
+
+def test_a_proxy_carries_on_only_an_agent_of_its_own_host(
+    address: str, open_journal, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("COMPENSATOR_HOST", "alice-laptop")
+    alice = open_store(_target(address))
+    alice.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    alice.close()
+    monkeypatch.setenv("COMPENSATOR_HOST", "bob-desktop")
+    bob = open_journal(address)
+    assert bob.agent != alice.agent, "a proxy on another machine carried on alice's agent"
+    assert bob.open_changes(agent=bob.agent) == []
+    monkeypatch.setenv("COMPENSATOR_HOST", "alice-laptop")
+    assert open_journal(address).agent == alice.agent
+
+
+@pytest.mark.postgres_journal
+def test_a_retried_intent_or_checkpoint_is_written_once(postgres_url: str, open_journal):
+    """A write whose commit may have been kept is sent again with the same request number
+    (after a lost connection); the database keeps one row and the store the same id."""
+    journal = open_journal(postgres_url)
+    journal._request = lambda: 7  # the retry of request 7, as `_run` sends it
+    first = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    again = journal.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+    assert again == first and len(journal.all_changes()) == 1
+    checkpoint = journal.create_checkpoint("once")
+    assert journal.create_checkpoint("once") == checkpoint
+    assert len(journal.checkpoints()) == 1
+
+
+@pytest.mark.postgres_journal
+def test_a_checkpoint_sees_the_change_committed_while_it_waited(postgres_url: str, open_journal):
+    """Ids follow commit order: a checkpoint that waits for an intent's order lock counts that
+    intent's change as before it, once the intent commits."""
+    from compensator.journal.postgres import _LOCK_CLASS, _ORDER_LOCK
+
+    journal = open_journal(postgres_url)
+    with psycopg.connect(postgres_url, options="-c search_path=compensator") as side:
+        side.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _ORDER_LOCK))
+        (change,) = side.execute(
+            "INSERT INTO changes (tool, classification, status, args, pid, created_at) "
+            "VALUES ('s__a', 'reversible', 'ok', '{}', 1, '2026-12-04T00:00:00+00:00') "
+            "RETURNING id"
+        ).fetchone()
+        taken: list[Any] = []
+        waiter = threading.Thread(target=lambda: taken.append(journal.create_checkpoint("cp")))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not sql(
+            postgres_url,
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event = 'advisory' "
+            "AND application_name = 'mcp-compensator'",
+        ):
+            assert time.monotonic() < deadline, "the checkpoint never waited for the order lock"
+            time.sleep(0.01)
+        side.commit()  # the intent commits while the checkpoint waits
+    waiter.join(timeout=30)
+    (checkpoint,) = taken
+    assert checkpoint.last_change_id == change
+    assert journal.open_changes(checkpoint) == []
+
+
+@pytest.mark.postgres_journal
+def test_a_session_whose_lease_lapsed_carries_on_when_it_renews(postgres_url: str, open_journal):
+    """A paused proxy (a laptop asleep) is taken for dead once its lease lapses; when it runs
+    again, its next renewal brings the session back instead of leaving it ended."""
+    from compensator.journal.postgres import PostgresJournal
+
+    paused = PostgresJournal(postgres_url, lease=0.6)
+    try:
+        other = open_journal(postgres_url)
+        change = paused.record_intent(Intent(tool="s__a", classification="reversible", args={}))
+        sql(postgres_url, "UPDATE sessions SET lease_until = now() - interval '1 second'")
+        assert other.recover_abandoned() == 1  # taken for dead: its call is unknown
+        deadline = time.monotonic() + 30
+        while not {s.id: s.alive for s in other.sessions()}[paused.session]:
+            assert time.monotonic() < deadline, "the session never came back"
+            time.sleep(0.02)
+        assert other.recover_abandoned() == 0
+        paused.record_outcome(change, status=Status.OK)
+        assert other.change(change).status == Status.OK
+    finally:
+        paused.close()
+
+
+def test_the_journal_schema_has_a_postgresql_twin_of_every_migration():
+    from compensator.journal import postgres
+
+    assert set(postgres.MIGRATIONS) == set(range(postgres.FIRST_VERSION, SCHEMA_VERSION))
+
+
+def test_a_url_that_is_not_postgresql_is_refused_not_made_a_file(tmp_path: Path):
+    from compensator.journal import journal_address
+
+    assert journal_address("PostgreSQL://me@db/j") == "PostgreSQL://me@db/j"
+    assert journal_address(str(tmp_path / "j.db")) == tmp_path / "j.db"
+    for url in ("mysql://me@db/j", "postgresql+psycopg://me@db/j"):
+        with pytest.raises(JournalError, match="neither a file nor a postgresql:// URL"):
+            journal_address(url)

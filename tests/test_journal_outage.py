@@ -398,13 +398,8 @@ def test_a_session_reopened_while_its_old_backend_lingers_stays_alive(postgres_u
     still holds the session's advisory lock; once that backend has ended, the session must
     still count as alive, and its pending calls must not be taken for abandoned by another
     store. The old backend is let go (SIGCONT) once the new connection waits for the lock, or
-    else once the write that reopened the connection has returned.
-
-    NOTE: this fails until PostgresJournal._resume_session gets the session's lock back when
-    `pg_try_advisory_lock` finds it still held by the session's old backend (e.g. ends that
-    backend with pg_terminate_backend and then waits for the lock): today it logs a warning
-    and never tries again, so once the old backend ends the live session holds no lock and
-    every other store takes it for dead. (Reported with the tests that added this one.)"""
+    else once the write that reopened the connection has returned. (The store ends its old
+    backend and waits for the lock: before it did, the session ran on without its lock.)"""
     store = PostgresJournal(postgres_url)
     other: PostgresJournal | None = None
     try:

@@ -21,6 +21,7 @@ __all__ = [
     "checkpoint_title",
     "client_sources",
     "compact",
+    "db_argument",
     "journal_path",
     "local_time",
     "no_such_checkpoint",
@@ -32,7 +33,15 @@ def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> 
     """`--config REGISTRY` (required) and `--db JOURNAL`, as the subcommands that act on a
     registry's journal take them."""
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
-    parser.add_argument("--db", type=journal_address, default=None, help=db_help)
+    parser.add_argument("--db", type=db_argument, default=None, help=db_help)
+
+
+def db_argument(text: str) -> str | Path:
+    """`--db`'s value as a journal address; a usage error for a URL that is not PostgreSQL's."""
+    try:
+        return journal_address(text)
+    except CompensatorError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_agent_argument(parser: argparse.ArgumentParser, help: str) -> None:

@@ -23,7 +23,6 @@ from ..journal import (
     JournalStore,
     Session,
     Status,
-    journal_address,
     open_journal,
 )
 from .common import (
@@ -31,6 +30,7 @@ from .common import (
     agent_name,
     checkpoint_title,
     compact,
+    db_argument,
     journal_path,
     local_time,
     no_such_checkpoint,
@@ -315,7 +315,7 @@ it is safe while a proxy writes it, and a missing journal is an error (exit 1).
 def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
-        type=journal_address,
+        type=db_argument,
         default=None,
         help="the journal: a file, or a postgresql:// URL",
     )

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from .. import __version__
-from ..errors import CompensatorError
+from ..errors import CompensatorError, JournalError
 from ..journal import JournalStore, default_journal_path, open_journal
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH, client_tool_name, too_long
 from ..proxy import INSTRUCTIONS, Proxy
@@ -122,7 +122,14 @@ async def _proxy(
             catalog=catalog.handlers(),
         )
         sdk.install_relay(server, relay.handlers())
-        await serve_with(server)
+        try:
+            await serve_with(server)
+        finally:
+            # Outcomes the journal could not take yet: a last try, or they become `unknown`.
+            try:
+                proxy.settle_outcomes()
+            except JournalError as exc:
+                log.error("outcomes not journaled at shutdown (they become unknown): %s", exc)
 
 
 def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
@@ -261,9 +268,9 @@ def run_serve(args: argparse.Namespace) -> int:
             return exc.exit_code
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
-    db = args.db if args.db is not None else default_journal_path(args.config)
     scope = getattr(args, "journal_scope", None)
     try:
+        db = args.db if args.db is not None else default_journal_path(args.config)
         client_name = getattr(args, "client_name", CLIENT_NAME)
         agent = getattr(args, "agent", None)
         anyio.run(serve, args.config, db, args.fsync, http, client_name, agent, scope)

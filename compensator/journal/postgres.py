@@ -142,6 +142,19 @@ _SCHEMA_LOCK = 1  # creating or migrating the schema
 _ORDER_LOCK = 2  # handing out change and checkpoint ids in commit order
 _SESSIONS_LOCK = 3  # choosing the agent a new session continues
 
+_CLIENT_OPTIONS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "application_name": "mcp-compensator",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    # Sent data unacknowledged for 10 s (a cut network) fails the call, instead of waiting
+    # the kernel's retransmission limit of about 15 minutes.
+    "tcp_user_timeout": 10000,
+}
+"""libpq connection options the journal sets unless its URL sets them itself."""
+
 DEFAULT_LEASE = 30.0
 """Seconds a session stays alive without renewing its lease (it renews every third of it)."""
 
@@ -158,7 +171,7 @@ proxy is dead at once, while a hung or cut-off one is dead once its lease runs o
 
 def is_postgres_url(target: str | os.PathLike[str]) -> bool:
     """Whether a journal address is a PostgreSQL connection URL, not a file path."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
 
 
 def _psycopg() -> Any:
@@ -226,11 +239,18 @@ class PostgresJournal(Reads):
         self._renewer: threading.Thread | None = None
         try:
             self._location = self._describe(url)
-        except self._psycopg.ProgrammingError as exc:
+            given = self._psycopg.conninfo.conninfo_to_dict(url)
+        except self._psycopg.ProgrammingError:
+            # libpq's own words may quote the URL, password and all: not repeated here.
             raise JournalError(
-                f"the journal URL is not a valid PostgreSQL connection string: {exc}. "
-                "Write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE."
+                "the journal URL is not a valid PostgreSQL connection string (libpq cannot "
+                "parse it). Write it as postgresql://USER:PASSWORD@HOST:PORT/DATABASE, with "
+                "characters such as @ : / % in the password percent-encoded."
             ) from None
+        # Defaults the URL may override (e.g. ?connect_timeout=30).
+        self._client_options = {
+            name: value for name, value in _CLIENT_OPTIONS.items() if name not in given
+        }
         try:
             if read_only:
                 self._run(self._check_version_read_only)
@@ -271,25 +291,29 @@ class PostgresJournal(Reads):
 
         try:
             conn = self._psycopg.connect(
-                self._url,
-                autocommit=True,
-                row_factory=dict_row,
-                connect_timeout=10,
-                application_name="mcp-compensator",
-                keepalives=1,
-                keepalives_idle=10,
-                keepalives_interval=5,
-                keepalives_count=3,
+                self._url, autocommit=True, row_factory=dict_row, **self._client_options
             )
         except self._psycopg.Error as exc:
+            then = (
+                "mutating calls are refused until the journal answers"
+                if self._started
+                else "the proxy needs its journal to start"
+            )
             raise JournalError(
                 f"cannot reach the journal database {self._location}: {_first_line(exc)}. "
                 "Check that PostgreSQL runs there and that the URL's host, port, user and "
-                "password are right; mutating calls are refused until the journal answers."
+                f"password are right; {then}."
             ) from exc
         try:
-            # A journal write never waits on a lock or a slow server for ever.
-            conn.execute("SET statement_timeout = '30s'")
+            # No statement waits for a lock or a slow server for more than 10 s (a third of the
+            # lease, so a stuck write cannot hold up the lease's renewal for long); a
+            # connection cut off inside a transaction gives its locks back after 10 s, and the
+            # server notices a vanished client within about 25 s, not the system's 2 hours.
+            conn.execute("SET statement_timeout = '10s'")
+            conn.execute("SET idle_in_transaction_session_timeout = '10s'")
+            conn.execute("SET tcp_keepalives_idle = 10")
+            conn.execute("SET tcp_keepalives_interval = 5")
+            conn.execute("SET tcp_keepalives_count = 3")
             conn.execute(f"SET search_path = {SCHEMA_NAME}, pg_catalog")
             if self._read_only:
                 conn.execute("SET default_transaction_read_only = on")
@@ -368,7 +392,7 @@ class PostgresJournal(Reads):
             self._outage = exc
             raise
         with self._lock:
-            if self._unusable():
+            if self._unusable() and not self._stop.is_set():
                 assert fresh is not None
                 try:  # under the lock: only the connection kept takes the session's lock
                     self._resume_session(fresh)
@@ -429,7 +453,7 @@ class PostgresJournal(Reads):
         elif isinstance(exc, errors.DiskFull):
             fix = "the database server's disk is full; free some space"
         elif isinstance(exc, errors.QueryCanceled):
-            fix = "the database did not answer within 30 s (a lock held too long, or overload)"
+            fix = "the database did not answer within 10 s (a lock held too long, or overload)"
         elif isinstance(exc, self._psycopg.OperationalError):
             fix = (
                 "the connection to the database was lost"
@@ -448,7 +472,7 @@ class PostgresJournal(Reads):
     def close(self) -> None:
         self._stop.set()
         if self._renewer is not None:
-            self._renewer.join(timeout=5)
+            self._renewer.join(timeout=15)  # longer than a connection attempt may take
         if self._started:
             with contextlib.suppress(JournalError):
                 self._run(
@@ -521,11 +545,13 @@ class PostgresJournal(Reads):
         elif name is not None:
             agent = name
         else:
-            # The newest unnamed agent none of whose sessions is alive, else a new one.
+            # The newest unnamed agent of this host none of whose sessions is alive, else a
+            # new one: a proxy never carries on the work of an agent on another machine.
             row = conn.execute(
                 "SELECT agent FROM sessions WHERE NOT named AND agent IS NOT NULL "
-                "AND agent NOT IN (SELECT agent FROM sessions WHERE ended_at IS NULL "
-                "AND agent IS NOT NULL) ORDER BY seq DESC LIMIT 1"
+                "AND host = %s AND agent NOT IN (SELECT agent FROM sessions "
+                "WHERE ended_at IS NULL AND agent IS NOT NULL) ORDER BY seq DESC LIMIT 1",
+                (host_identity(),),
             ).fetchone()
             agent = row["agent"] if row is not None else self.session[:8]
         conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
@@ -562,20 +588,31 @@ class PostgresJournal(Reads):
             try:
                 if self._unusable():
                     self._reopen()
-                self._run(
-                    lambda conn: conn.execute(
-                        "UPDATE sessions SET lease_until = now() + make_interval(secs => %s) "
-                        "WHERE id = %s",
-                        (self._lease, self.session),
-                    ),
-                    retry=False,  # a lost connection is reopened above, outside the lock
-                )
+                ended = self._run(self._renew, retry=False)  # reopened above, outside the lock
+                if ended is not None:
+                    log.warning(
+                        "this session's lease ran out at %s (the process was paused, or the "
+                        "journal was slow) and other sessions took it for dead: its pending "
+                        "calls may be marked unknown; it carries on",
+                        ended,
+                    )
                 wait = interval
             except JournalError as exc:
                 log.warning("cannot renew this session's lease in the journal: %s", exc)
                 wait = min(interval, 1.0)
             except Exception:  # the thread must live on: liveness depends on it
                 log.exception("renewing this session's lease failed")
+
+    def _renew(self, conn: psycopg.Connection[Any]) -> str | None:
+        """Renew the lease, reviving the session if others took it for dead meanwhile; when
+        they had, the time they ended it."""
+        row = conn.execute(
+            "UPDATE sessions s SET lease_until = now() + make_interval(secs => %s), "
+            "ended_at = NULL FROM (SELECT ended_at FROM sessions WHERE id = %s) old "
+            "WHERE s.id = %s RETURNING old.ended_at",
+            (self._lease, self.session, self.session),
+        ).fetchone()
+        return None if row is None else row["ended_at"]
 
     def _request(self) -> int:
         self._requests += 1

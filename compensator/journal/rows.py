@@ -68,7 +68,7 @@ def change_from_row(row: Mapping[str, Any]) -> Change:
 def _whose(agent: str | None, scope: str | None) -> tuple[str, list[Any]]:
     """The rows of an agent, and of its shared scope when it has one; every row for None."""
     if agent is None:
-        return "TRUE", []
+        return "1 = 1", []  # not TRUE: SQLite before 3.23 does not know it
     if scope is None:
         return "agent = ?", [agent]
     return "(agent = ? OR scope = ?)", [agent, scope]
@@ -118,7 +118,7 @@ class Reads:
         return self._changes("undone_at IS NULL AND status = ? ORDER BY id", (Status.UNKNOWN,))
 
     def all_changes(self) -> list[Change]:
-        return self._changes("TRUE ORDER BY id DESC", ())
+        return self._changes("1 = 1 ORDER BY id DESC", ())
 
     def _changes(self, where: str, params: Sequence[Any]) -> list[Change]:
         rows = self._select(f"SELECT {CHANGE_COLUMNS} FROM changes WHERE {where}", params)

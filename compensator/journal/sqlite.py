@@ -313,11 +313,13 @@ class SQLiteJournal(Reads):
             elif name is not None:
                 agent = name
             else:
-                # The newest unnamed agent none of whose sessions is alive, else a new one.
+                # The newest unnamed agent of this host none of whose sessions is alive, else
+                # a new one (a file shared over a network stays per machine too).
                 agent = tx.scalar(
                     "SELECT (SELECT agent FROM sessions WHERE named = 0 AND agent IS NOT NULL "
-                    "AND agent NOT IN (SELECT agent FROM sessions WHERE ended_at IS NULL "
-                    "AND agent IS NOT NULL) ORDER BY rowid DESC LIMIT 1)"
+                    "AND host IN (?, '') AND agent NOT IN (SELECT agent FROM sessions "
+                    "WHERE ended_at IS NULL AND agent IS NOT NULL) ORDER BY rowid DESC LIMIT 1)",
+                    (host_identity(),),
                 )
                 if agent is None:
                     agent = self.session[:8]

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import JournalError
 from .postgres import PostgresJournal, is_postgres_url
 from .records import Change, Checkpoint, Compensation, Decision, Intent, Session, StepOutcome
 from .sqlite import SQLiteJournal
@@ -183,8 +184,17 @@ def open_journal(
 
 
 def journal_address(db: str) -> str | Path:
-    """A --db value as a journal address: a PostgreSQL URL as it is, else a file path."""
-    return db if is_postgres_url(db) else Path(db).expanduser()
+    """A --db value as a journal address: a PostgreSQL URL as it is, else a file path.
+    JournalError for a URL of another kind, which would otherwise become a local file."""
+    if is_postgres_url(db):
+        return db
+    scheme, separator, _ = db.partition("://")
+    if separator and scheme.replace("+", "").isalnum():
+        raise JournalError(
+            f"the journal {scheme}://... is neither a file nor a postgresql:// URL; a journal "
+            "is a SQLite file path or postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+        )
+    return Path(db).expanduser()
 
 
 def default_journal_path(config: str | os.PathLike[str]) -> str | Path:
