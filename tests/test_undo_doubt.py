@@ -153,7 +153,8 @@ async def test_a_step_a_live_process_is_running_is_left_to_it(tmp_path):
     servers = Servers()
     report = await Undoer(journal, registry, servers, agent=None).undo_to(cp.id, force=True)
     assert report.skipped[0]["reason"] == (
-        f"being compensated by another live process (pid {os.getpid()}); undo again once it "
+        f"being compensated by another live process (session {other.session[:8]}, pid "
+        f"{os.getpid()}; `compensator log --sessions` says on which host); undo again once it "
         "has finished"
     )
     assert servers.sets == []

@@ -264,8 +264,10 @@ class Undoer:
         is in doubt (or repeating it is harmless), and the state has not drifted."""
         busy = [r for r in latest.values() if self._journal.started_elsewhere(r)]
         if busy:
+            session = (busy[0].session or "")[:8]
             raise _Skip(
-                f"being compensated by another live process (pid {busy[0].pid}); undo again "
+                f"being compensated by another live process (session {session}, pid "
+                f"{busy[0].pid}; `compensator log --sessions` says on which host); undo again "
                 "once it has finished"
             )
         doubtful = [r for r in latest.values() if self._in_doubt(r)]
