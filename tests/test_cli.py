@@ -149,17 +149,29 @@ def test_help_and_version_never_import_the_sdk(words: list[str]):
     assert done.stdout or "usage: compensator" in done.stderr
 
 
-def test_log_reads_a_journal_without_importing_the_sdk(tmp_path: Path):
-    from compensator.journal import Intent, SQLiteJournal
+def test_log_and_the_undo_plan_read_a_journal_without_importing_the_sdk(tmp_path: Path):
+    from compensator.journal import Intent, SQLiteJournal, Status
 
     journal = SQLiteJournal(tmp_path / "j.db")
-    journal.record_intent(Intent(tool="s__a", classification="reversible", args={"n": 1}))
-    journal.close()
-    done = subprocess.run(
-        [sys.executable, "-c", _IMPORTS_OF, "log", "--db", str(tmp_path / "j.db"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    journal.create_checkpoint("before")
+    change = journal.record_intent(
+        Intent(tool="tasks__add_task", classification="reversible", args={"title": "x"})
     )
-    assert "heavy: none exit: 0" in done.stderr, done.stderr
-    assert '"tool": "s__a"' in done.stdout
+    journal.record_outcome(change, status=Status.OK, result={"id": 7})
+    journal.close()
+
+    def run(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _IMPORTS_OF, *words],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = run("log", "--db", str(tmp_path / "j.db"), "--json")
+    assert "heavy: none exit: 0" in listed.stderr, listed.stderr
+    assert '"tool": "tasks__add_task"' in listed.stdout
+    config = str(EXAMPLES / "compensators.yaml")
+    plan = run("undo", "--config", config, "--db", str(tmp_path / "j.db"), "--to", "1", "--dry-run")
+    assert "exit: 0" in plan.stderr and "mcp" not in plan.stderr.split("heavy:")[1], plan.stderr
+    assert 'call tasks__delete_task {"id": 7}' in plan.stdout

@@ -48,7 +48,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from psycopg.rows import dict_row
 
-from compensator.journal.postgres import is_postgres_url
+from compensator.journal import is_postgres_url
 from pytest_compensator.client import ProxyClient
 from tests.faults import tally
 

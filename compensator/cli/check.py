@@ -13,8 +13,9 @@ from pathlib import Path
 import anyio
 
 from ..errors import CompensatorError
+from ..limits import STARTUP_TIMEOUT
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH
-from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
+from ..registry import Registry, load_registry, registry_environment
 from ..registry.lint import Finding, LiveTool, LiveView, lint, locate, summary
 from ..wire import DownstreamPool, RoutedTool, sdk
 from .common import plural

@@ -7,11 +7,13 @@ import argparse
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..clients import Source, discover, sources_of
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, default_journal_path, journal_address
+
+if TYPE_CHECKING:
+    from ..clients import Source
 
 __all__ = [
     "add_agent_argument",
@@ -122,6 +124,10 @@ def add_client_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def client_sources(from_file: Path | None, project: Path) -> list[Source]:
+    # Imported here: reading clients' configurations is for init and wire alone, and costs
+    # the other subcommands' start-up (YAML among it).
+    from ..clients import discover, sources_of
+
     """The server lists of --from FILE, else every one found for the project and this user.
     Raises CompensatorError when there is none."""
     if from_file is not None:

@@ -12,13 +12,16 @@ import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..classification import Classification
 from ..errors import CompensatorError
-from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
+from ..limits import STARTUP_TIMEOUT
 from .common import compact
 from .terminal import Styler, add_startup_timeout, log_to_stderr, terminal_width, wrap
+
+if TYPE_CHECKING:
+    from ..registry import Registry
 
 __all__ = [
     "EXPLAIN_EPILOG",
@@ -134,6 +137,8 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
 def run_explain(args: argparse.Namespace) -> int:
     log_to_stderr()
     try:
+        from ..registry import load_registry, registry_environment  # YAML: when run
+
         registry = load_registry(args.config, environ=registry_environment())
         import anyio  # with the SDK, only when servers are started
 

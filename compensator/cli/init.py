@@ -25,7 +25,8 @@ from ..clients import (
 )
 from ..clients.proposal import variables
 from ..errors import CompensatorError
-from ..registry import STARTUP_TIMEOUT, ServerSpec, parse_registry, registry_environment
+from ..limits import STARTUP_TIMEOUT
+from ..registry import ServerSpec, parse_registry, registry_environment
 from ..wire import DownstreamPool, sdk
 from .common import add_client_arguments, client_sources, plural
 from .terminal import add_startup_timeout, log_to_stderr

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, open_journal
-from ..registry import STARTUP_TIMEOUT, Registry, load_registry, registry_environment
+from ..limits import STARTUP_TIMEOUT
 from .common import (
     add_agent_argument,
     add_registry_arguments,
@@ -43,6 +43,7 @@ from .terminal import (
 
 if TYPE_CHECKING:
     from ..proxy import CallOutcome, Progress, Undoer, UndoReport
+    from ..registry import Registry
 
 # The proxy, the wire and anyio load the MCP SDK: imported in the functions that undo, so that
 # `undo --help` does not.
@@ -90,7 +91,7 @@ class Plan:
 
 
 async def _no_calls(name: str, arguments: dict[str, Any]) -> CallOutcome:
-    from ..proxy import CallOutcome
+    from ..proxy.outcome import CallOutcome
 
     return CallOutcome(ok=False, error="the plan reads no state; drift is checked when undoing")
 
@@ -147,7 +148,7 @@ async def make_plan(
     agent: str | None = None,
 ) -> Plan:
     """`agent`: only that agent's changes; None: every agent's."""
-    from ..proxy import Undoer
+    from ..proxy.undo import Undoer
 
     journal = open_journal(path, read_only=True)
     try:
@@ -375,6 +376,8 @@ def run_undo(args: argparse.Namespace) -> int:
     log_to_stderr()
     style = Styler.for_stream(sys.stdout)
     try:
+        from ..registry import load_registry, registry_environment  # YAML: when run
+
         registry = load_registry(args.config, environ=registry_environment())
         path = journal_path(args.db, args.config)
         import anyio

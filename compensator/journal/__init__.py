@@ -10,7 +10,8 @@ share). A new backend is one module implementing `JournalStore`, chosen in
 
 from __future__ import annotations
 
-from .postgres import PostgresJournal, is_postgres_url
+from typing import TYPE_CHECKING
+
 from .records import (
     Answer,
     Change,
@@ -25,7 +26,16 @@ from .records import (
     latest_steps,
 )
 from .sqlite import SCHEMA_VERSION, SQLiteJournal
-from .store import JournalStore, default_journal_path, journal_address, open_journal
+from .store import (
+    JournalStore,
+    default_journal_path,
+    is_postgres_url,
+    journal_address,
+    open_journal,
+)
+
+if TYPE_CHECKING:
+    from .postgres import PostgresJournal
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -48,3 +58,13 @@ __all__ = [
     "latest_steps",
     "open_journal",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The PostgreSQL store is imported when first asked for, so that the SQLite journal and
+    # the command line start without it.
+    if name == "PostgresJournal":
+        from .postgres import PostgresJournal
+
+        return PostgresJournal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

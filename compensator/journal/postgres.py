@@ -31,7 +31,7 @@ from .sqlite import SCHEMA_VERSION
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["DEFAULT_LEASE", "FIRST_VERSION", "MIGRATIONS", "PostgresJournal", "is_postgres_url"]
+__all__ = ["DEFAULT_LEASE", "FIRST_VERSION", "MIGRATIONS", "PostgresJournal"]
 
 log = logging.getLogger("compensator.journal")
 
@@ -167,11 +167,6 @@ _ALIVE = """(s.ended_at IS NULL AND s.lease_until > now() AND EXISTS (
 """When session row `s` is alive: not ended, its lease current, and the advisory lock its
 connection took still held (PostgreSQL drops it the moment that connection ends, so a killed
 proxy is dead at once, while a hung or cut-off one is dead once its lease runs out)."""
-
-
-def is_postgres_url(target: str | os.PathLike[str]) -> bool:
-    """Whether a journal address is a PostgreSQL connection URL, not a file path."""
-    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
 
 
 def _psycopg() -> Any:

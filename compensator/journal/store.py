@@ -9,11 +9,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import JournalError
-from .postgres import PostgresJournal, is_postgres_url
 from .records import Change, Checkpoint, Compensation, Decision, Intent, Session, StepOutcome
 from .sqlite import SQLiteJournal
 
-__all__ = ["JournalStore", "default_journal_path", "journal_address", "open_journal"]
+__all__ = [
+    "JournalStore",
+    "default_journal_path",
+    "is_postgres_url",
+    "journal_address",
+    "open_journal",
+]
 
 
 class JournalStore(Protocol):
@@ -179,8 +184,15 @@ def open_journal(
         "scope": scope,
     }
     if is_postgres_url(target):
+        from .postgres import PostgresJournal  # with psycopg: only for a PostgreSQL journal
+
         return PostgresJournal(str(target), **options)
     return SQLiteJournal(target, **options)
+
+
+def is_postgres_url(target: str | os.PathLike[str]) -> bool:
+    """Whether a journal address is a PostgreSQL connection URL, not a file path."""
+    return isinstance(target, str) and target.lower().startswith(("postgresql://", "postgres://"))
 
 
 def journal_address(db: str) -> str | Path:

@@ -11,11 +11,34 @@ downstream servers; never compensator.cli, but for `__main__.py`, the entry poin
 
 from __future__ import annotations
 
-from .calls import Caller, CallOutcome, call_outcome, classify, observed_state, undo_caller
-from .forwarding import INSTRUCTIONS, Proxy
-from .gate import Gate
-from .meta import explain_tool
-from .undo import Progress, Undoer, UndoReport
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .calls import call_outcome, classify, undo_caller
+    from .forwarding import INSTRUCTIONS, Proxy
+    from .gate import Gate
+    from .meta import explain_tool
+    from .outcome import Caller, CallOutcome, observed_state
+    from .undo import Progress, Undoer, UndoReport
+
+# Each name is imported from its module when first asked for: undo and its plan need no MCP
+# SDK (`compensator undo` plans from the journal before it starts a server), forwarding does.
+_HOMES = {
+    "INSTRUCTIONS": "forwarding",
+    "CallOutcome": "outcome",
+    "Caller": "outcome",
+    "Gate": "gate",
+    "Progress": "undo",
+    "Proxy": "forwarding",
+    "UndoReport": "undo",
+    "Undoer": "undo",
+    "call_outcome": "calls",
+    "classify": "calls",
+    "explain_tool": "meta",
+    "observed_state": "outcome",
+    "undo_caller": "calls",
+}
 
 __all__ = [
     "INSTRUCTIONS",
@@ -32,3 +55,10 @@ __all__ = [
     "observed_state",
     "undo_caller",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)

@@ -4,8 +4,7 @@ worked, and the caller that undo sends its compensating calls through."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mcp.types as types
@@ -14,6 +13,7 @@ from ..classification import Classification
 from ..errors import CompensatorError, DownstreamError
 from ..registry import Expression, Registry
 from ..wire import DownstreamPool, parse_result, result_text, sdk
+from .outcome import Caller, CallOutcome, observed_state
 
 __all__ = [
     "CallOutcome",
@@ -25,22 +25,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CallOutcome:
-    """A downstream call reduced to what undo needs: did it work, and its parsed result.
-
-    `in_doubt` marks a failure after which the call may still have applied (no answer came)."""
-
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    in_doubt: bool = False
-
-
-Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]
-"""Calls a downstream tool by its exposed name; never raises for a failed call."""
 
 
 def classify(
@@ -94,18 +78,6 @@ def undo_caller(registry: Registry, pool: DownstreamPool) -> Caller:
         return call_outcome(registry, name, arguments, result)
 
     return call
-
-
-def observed_state(outcome: CallOutcome) -> Any:
-    """What a state read saw, for the drift check; None when the read itself failed.
-
-    An error answer is a state too (after a delete, "not found" is what should be seen), so it
-    is kept, marked; only a read that got no answer at all says nothing."""
-    if outcome.ok:
-        return {"content": outcome.value}
-    if outcome.value is None:
-        return None
-    return {"isError": True, "content": outcome.value}
 
 
 def _holds(condition: Expression, context: Mapping[str, Any], *, default: bool) -> bool:

@@ -24,7 +24,7 @@ from ..journal import (
     latest_steps,
 )
 from ..registry import InverseStep, Registry, ToolPolicy
-from .calls import Caller, CallOutcome, observed_state
+from .outcome import Caller, CallOutcome, observed_state
 
 __all__ = ["Progress", "UndoReport", "Undoer"]
 

@@ -10,10 +10,10 @@ the tools a server really offers. It imports only compensator.errors, .classific
 from __future__ import annotations
 
 from ..classification import Classification
+from ..limits import STARTUP_TIMEOUT  # the default of a server's `startup_timeout:`
 from .expressions import CONTEXT_NAMES, Expression, Template, compile_expression, compile_template
 from .loader import load_registry, parse_registry
 from .model import (
-    STARTUP_TIMEOUT,
     AutoCheckpoints,
     Defaults,
     InverseStep,

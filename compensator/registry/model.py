@@ -11,11 +11,6 @@ from ..classification import Classification
 from ..names import resolve
 from .expressions import Expression, Template
 
-STARTUP_TIMEOUT = 30.0
-"""Seconds a server gets to spawn, initialize and list its tools before it is left out, when
-its entry sets no `startup_timeout:` (here, not in `wire`, so the command line can show it
-without importing the MCP SDK)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class ServerSpec:
