@@ -343,14 +343,9 @@ class PostgresJournal(Reads):
                 (self._lock_key,),
             )
             conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
-        revived = conn.execute(
-            "UPDATE sessions SET ended_at = NULL, "
-            "lease_until = now() + make_interval(secs => %s) "
-            "WHERE id = %s RETURNING (SELECT ended_at FROM sessions WHERE id = %s)",
-            (self._lease, self.session, self.session),
-        ).fetchone()
+        ended = self._renew(conn)
         log.warning("the journal connection was lost and is open again (%s)", self._location)
-        if revived is not None and revived["ended_at"] is not None:
+        if ended is not None:
             log.warning(
                 "another session took this one for dead while the journal was out of reach; "
                 "its pending calls may be marked unknown"
