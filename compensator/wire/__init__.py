@@ -12,12 +12,31 @@ imports compensator.registry (server entries), never the journal or the proxy.
 
 from __future__ import annotations
 
-from . import sdk
-from .catalog import Catalog
-from .downstream import STARTUP_TIMEOUT, Downstream, SessionLost
-from .pool import DownstreamPool, RoutedTool
-from .relay import Relay
-from .results import parse_result, result_text
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from . import sdk
+    from .catalog import Catalog
+    from .downstream import STARTUP_TIMEOUT, Downstream, SessionLost
+    from .pool import DownstreamPool, RoutedTool
+    from .relay import Relay
+    from .results import parse_result, result_text
+
+# Each name is imported from its module when first asked for, so that a light module of this
+# package (`stdio.py`, `http_serve.py`'s address and token checks) does not bring in the SDK:
+# `compensator serve` starts its servers' processes before it imports the SDK.
+_HOMES = {
+    "STARTUP_TIMEOUT": "downstream",
+    "Catalog": "catalog",
+    "Downstream": "downstream",
+    "DownstreamPool": "pool",
+    "Relay": "relay",
+    "RoutedTool": "pool",
+    "SessionLost": "downstream",
+    "parse_result": "results",
+    "result_text": "results",
+}
 
 __all__ = [
     "STARTUP_TIMEOUT",
@@ -31,3 +50,12 @@ __all__ = [
     "result_text",
     "sdk",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "sdk":
+        return importlib.import_module(".sdk", __name__)
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)

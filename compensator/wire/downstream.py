@@ -3,29 +3,26 @@ restarted after it exits, and stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
-import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp.types as types
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 
 from ..errors import DownstreamError
+from ..processes import Process, start_process
 from ..registry import STARTUP_TIMEOUT, Concealer, ServerSpec
 from . import sdk
 
 __all__ = [
     "CATALOG",
-    "PASS_ENV",
     "STARTUP_TIMEOUT",
     "Downstream",
     "SessionLost",
-    "child_environment",
     "describe",
     "seconds",
 ]
@@ -41,28 +38,6 @@ RESTART_BACKOFF_MAX = 30.0
 
 CATALOG = {"resources": "resources", "resource_templates": "resources", "prompts": "prompts"}
 """The lists `Downstream.list_catalog` keeps, and the capability each needs."""
-
-PASS_ENV = "COMPENSATOR_PASS_ENV"
-
-
-class _QuietGarbage(logging.Filter):
-    """The SDK logs a full traceback for every stdout line of a server that is not JSON-RPC.
-    A stray print in a server is common and harmless here (the line is dropped), so say it in
-    one line instead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and str(record.msg).startswith("Failed to parse JSONRPC message"):
-            error = record.exc_info[1]
-            first = str(error).splitlines()[0] if error is not None and str(error) else "?"
-            record.msg = "a downstream server wrote a line that is not JSON-RPC; dropped it (%s)"
-            record.args = (first,)
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-logging.getLogger("mcp.client.stdio").addFilter(_QuietGarbage())
 
 # The HTTP clients of `url:` servers log every request at INFO, with its URL, which may hold
 # an expanded ${VAR}: one line per call is noise, and the URL must stay out of logs.
@@ -120,6 +95,9 @@ class Downstream:
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
     _closing: anyio.Event = field(default_factory=anyio.Event)
+    started: Process | None = None
+    """A process started for this server ahead of its first start (`processes.Started`),
+    which that start adopts instead of starting one."""
     on_restart: Callable[[str], Awaitable[None]] | None = None
     """Awaited with the server's name after each successful restart, before the call that
     caused it goes on (the pool renews what the server forgot)."""
@@ -164,21 +142,22 @@ class Downstream:
             self.ready.set()
             self._ended.set()
 
-    def _transport(self) -> Any:
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
         """The streams to the server: its stdin/stdout for `command`, HTTP for `url`."""
         if self.spec.url is not None:
             _HTTP_LOG_SECRETS.update(self.spec.expanded)
-            return sdk.streamable_http(self.spec.url, self.spec.headers, self._forgotten)
-        params = StdioServerParameters(
-            command=self.spec.command,
-            args=list(self.spec.args),
-            env=child_environment(self.spec.env),
-            cwd=str(self.spec.cwd),
-            # One stray non-UTF-8 byte must not stall the session: with "strict" the SDK's
-            # reader dies on it and every later call to the server times out.
-            encoding_error_handler="replace",
-        )
-        return stdio_client(params, errlog=sys.stderr)
+            async with sdk.streamable_http(
+                self.spec.url, self.spec.headers, self._forgotten
+            ) as streams:
+                yield streams
+            return
+        process, self.started = self.started, None
+        if process is None:
+            spec = self.spec
+            process = await start_process(spec.command, spec.args, spec.env, spec.cwd)
+        async with sdk.process_stdio(process, self.name) as streams:
+            yield streams
 
     async def _serve(self, closing: anyio.Event, exited: anyio.Event) -> None:
         relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
@@ -402,15 +381,6 @@ async def _first(*events: anyio.Event) -> None:
 
 def seconds(value: float | None) -> str:
     return "no limit" if value is None else f"{value:.3g} s"
-
-
-def child_environment(explicit: Mapping[str, str]) -> dict[str, str] | None:
-    """What a server gets on top of the SDK's allow-list (HOME, PATH, USER, ...): the
-    variables named in $COMPENSATOR_PASS_ENV (comma-separated), then its registry `env`."""
-    names = (n.strip() for n in os.environ.get(PASS_ENV, "").split(","))
-    passed = {name: os.environ[name] for name in names if name and name in os.environ}
-    merged = {**passed, **explicit}
-    return merged or None
 
 
 def describe(exc: BaseException) -> str:

@@ -63,8 +63,6 @@ from typing import Any
 
 import anyio
 
-from . import sdk
-
 __all__ = [
     "TOKEN_VARIABLE",
     "HttpEndpoint",
@@ -327,7 +325,10 @@ logging.getLogger("mcp.server.streamable_http").addFilter(_QuietSessionEnd())
 
 async def serve_http(server: Any, endpoint: HttpEndpoint) -> None:
     """Serve `server` on `endpoint` until SIGINT or SIGTERM."""
+    # Here, not at the top: the address and token checks above run before the SDK is imported.
     import uvicorn
+
+    from . import sdk
 
     manager = sdk.http_session_manager(server, endpoint.allowed_hosts)
 

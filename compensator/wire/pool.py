@@ -14,6 +14,7 @@ import mcp.types as types
 
 from ..errors import DownstreamError
 from ..names import exposed_name, hidden_by, resolve
+from ..processes import Started
 from ..registry import ServerSpec
 from . import sdk
 from .downstream import STARTUP_TIMEOUT, Downstream, SessionLost, seconds
@@ -60,7 +61,8 @@ class DownstreamPool:
     are those of each server's first start, so the client's tool list changes only when a
     server announces `notifications/tools/list_changed` (`relist`, called by the relay), or
     when a server that failed its first start starts later (`retry_first_start`: it is
-    retried in the background with the restart backoff, and the relay tells the client)."""
+    retried in the background with the restart backoff, and the relay tells the client).
+    A stdio server whose process `started` holds adopts it for its first start."""
 
     def __init__(
         self,
@@ -69,10 +71,13 @@ class DownstreamPool:
         startup_timeout: float = STARTUP_TIMEOUT,
         relay: Relaying | None = None,
         retry_first_start: bool = False,
+        started: Started | None = None,
     ) -> None:
         self.servers: dict[str, Downstream] = {
             spec.name: Downstream(
-                spec=spec, startup_timeout=spec.startup_timeout or startup_timeout
+                spec=spec,
+                startup_timeout=spec.startup_timeout or startup_timeout,
+                started=started.take(spec.name) if started is not None else None,
             )
             for spec in specs
         }

@@ -24,11 +24,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..limits import LINE_LIMIT
+
 __all__ = ["LINE_LIMIT", "LineReader", "LineWriter", "TooLong", "pipe_stdio", "usable"]
 
-LINE_LIMIT = 64 * 1024 * 1024
-"""Bytes in one message line; past this, the line is refused. A request or result may be
-large (a file's content), so the limit is generous."""
 
 HEAD = 64 * 1024
 """Bytes kept of a refused line, to find its id and method in."""

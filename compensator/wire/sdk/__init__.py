@@ -2,9 +2,9 @@
 package branches on the SDK version.
 
 `base` says which line is installed; `client` holds the proxy's calls to its downstream
-servers, `server` and `catalog` the proxy's own server, `stdio` serving it to one client
-over stdio, `session` what passes between that server and its clients besides tools, and
-`http` streamable HTTP on both sides. The names
+servers, `server` and `catalog` the proxy's own server, `stdio` the stdio wires (serving the
+proxy to one client, and talking to each server process), `session` what passes between that
+server and its clients besides tools, and `http` streamable HTTP on both sides. The names
 below are the layer's interface: import them from here.
 """
 
@@ -45,7 +45,7 @@ from .session import (
     notify_client,
     on_client_closed,
 )
-from .stdio import StdioWire, open_stdio, serve_stdio
+from .stdio import StdioWire, open_stdio, process_stdio, serve_stdio
 
 __all__ = [
     "CURRENT_CALL",
@@ -79,6 +79,7 @@ __all__ = [
     "notify_client",
     "on_client_closed",
     "open_stdio",
+    "process_stdio",
     "require_bearer_token",
     "result_parts",
     "sdk_error",

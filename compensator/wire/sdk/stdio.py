@@ -1,4 +1,5 @@
-"""Serving the proxy to one client over this process's stdin and stdout, on both SDK lines.
+"""Stdio wires on both SDK lines: serving the proxy to one client over this process's stdin
+and stdout, and talking to a server process over its own (`process_stdio`).
 
 `open_stdio` reads the client's first message before anything is served: it is `initialize`,
 whose capabilities decide what the proxy advertises to its downstream servers (started after
@@ -20,10 +21,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
+from ...processes import Process, stop_process
 from .. import stdio as pipes
 from .base import MCP2, dump_message, error_response, parse_message
 
-__all__ = ["StdioWire", "open_stdio", "serve_stdio"]
+__all__ = ["StdioWire", "open_stdio", "process_stdio", "serve_stdio"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ async def open_stdio() -> AsyncIterator[StdioWire]:
         return
     async with stdio_server() as (read_stream, write_stream):
         yield StdioWire(read_stream, write_stream, await _first(read_stream))
+        await write_stream.aclose()  # as in `_over_lines`: its writer ends only then
 
 
 async def serve_stdio(server: Server[Any]) -> None:
@@ -140,6 +143,9 @@ async def _over_lines(
         group.start_soon(read_lines)
         group.start_soon(write_lines)
         yield read_out, write_in
+        # The writer ends once its stream is closed: a server that ran has closed it; one that
+        # never ran (the client left before its first message) has not.
+        await write_in.aclose()
 
 
 async def _refuse(line: pipes.TooLong, read_in: Any, writer: pipes.LineWriter) -> None:
@@ -153,3 +159,56 @@ async def _refuse(line: pipes.TooLong, read_in: Any, writer: pipes.LineWriter) -
     elif line.is_response and line.request_id is not None:
         error = error_response(line.request_id, pipes.INVALID_REQUEST, line.describe())
         await read_in.send(SessionMessage(error))
+
+
+@contextlib.asynccontextmanager
+async def process_stdio(process: Process, name: str) -> AsyncIterator[tuple[Any, Any]]:
+    """The (read, write) message streams a ClientSession runs on, over the stdout and stdin of
+    server `name`'s process (compensator/processes.py started it); the process is stopped on
+    exit. The read stream ends when the server's stdout does: it exited.
+
+    What the SDK's `stdio_client` does, but over lines on the loop (compensator/wire/stdio.py)
+    and for a process started before the SDK was imported. Bytes that are not UTF-8 are
+    replaced; a line that is not JSON-RPC is logged in one line and dropped; a line over
+    LINE_LIMIT is answered as the client's would be (`_refuse`)."""
+    assert process.stdout is not None and process.stdin is not None
+    reader, writer = pipes.LineReader(process.stdout), pipes.LineWriter(process.stdin)
+    read_in, read_out = anyio.create_memory_object_stream[Any](0)
+    write_in, write_out = anyio.create_memory_object_stream[Any](0)
+
+    async def read_lines() -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async with read_in:
+                async for line in reader:
+                    if isinstance(line, pipes.TooLong):
+                        await _refuse(line, read_in, writer)
+                        continue
+                    try:
+                        message = parse_message(line)
+                    except Exception as exc:
+                        first = (str(exc) or type(exc).__name__).splitlines()[0]
+                        log.warning(
+                            "server %r wrote a line that is not JSON-RPC; dropped it (%s)",
+                            name,
+                            first,
+                        )
+                        continue
+                    await read_in.send(SessionMessage(message))
+
+    async def write_lines() -> None:
+        # OSError: the server exited under a write; the read side reports that.
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            async with write_out:
+                async for session_message in write_out:
+                    await writer.write(dump_message(session_message.message) + "\n")
+                    await writer.flush()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read_lines)
+        group.start_soon(write_lines)
+        try:
+            yield read_out, write_in
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stop_process(process, name)
+            group.cancel_scope.cancel()

@@ -1,0 +1,159 @@
+"""A stdio server's process: started in a process group of its own, and stopped with that
+group. Also the servers' processes `compensator serve` starts before anything else.
+
+This module imports neither the MCP SDK nor the registry loader, on purpose: `compensator
+serve` starts its servers' processes with it first and imports the SDK (about half a second
+of CPU) while they start (compensator/cli/serve.py). The protocol over the pipes is in
+compensator/wire/sdk/stdio.py; we run the processes ourselves instead of through the SDK's
+`stdio_client`, which can only spawn a process of its own when it opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .limits import LINE_LIMIT
+
+if TYPE_CHECKING:
+    from .registry.model import ServerSpec
+
+__all__ = [
+    "INHERITED",
+    "PASS_ENV",
+    "Started",
+    "environment",
+    "start_process",
+    "stop_process",
+]
+
+log = logging.getLogger(__name__)
+
+Process = asyncio.subprocess.Process
+
+INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""The variables of our environment a server gets whatever its entry says: the allow-list the
+MCP SDK's stdio client uses on POSIX (tests/test_processes.py compares the two)."""
+
+PASS_ENV = "COMPENSATOR_PASS_ENV"
+"""Names further variables to pass on, comma-separated."""
+
+STOP_GRACE = 2.0
+"""Seconds a server gets to exit once its stdin is closed, before its group gets SIGTERM."""
+
+KILL_GRACE = 2.0
+"""Seconds after SIGTERM before SIGKILL, and after SIGKILL before the process is given up."""
+
+
+def environment(explicit: Mapping[str, str]) -> dict[str, str]:
+    """A server's whole environment: INHERITED, the variables $COMPENSATOR_PASS_ENV names, then
+    its registry `env`. An inherited value starting `()` is a function bash exported, not a
+    setting, and is left out (as the SDK does)."""
+    inherited = {
+        name: value
+        for name in INHERITED
+        if (value := os.environ.get(name)) is not None and not value.startswith("()")
+    }
+    names = (n.strip() for n in os.environ.get(PASS_ENV, "").split(","))
+    passed = {name: os.environ[name] for name in names if name and name in os.environ}
+    return {**inherited, **passed, **explicit}
+
+
+async def start_process(
+    command: str, args: Iterable[str], env: Mapping[str, str], cwd: str | os.PathLike[str]
+) -> Process:
+    """Start a server: its stdin and stdout are pipes to us (lines up to LINE_LIMIT), its
+    stderr is ours, and it leads a new session, so that stopping it reaches its children."""
+    return await asyncio.create_subprocess_exec(
+        command,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=_stderr(),
+        cwd=cwd,
+        env=environment(env),
+        start_new_session=True,
+        limit=LINE_LIMIT,
+    )
+
+
+def _stderr() -> Any:
+    """Our stderr for a child to write to, or None (inherit fd 2) when sys.stderr is not a
+    file (a test harness may have replaced it)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return sys.stderr
+
+
+async def stop_process(
+    process: Process, name: str, *, grace: float = STOP_GRACE, kill_grace: float = KILL_GRACE
+) -> None:
+    """Stop a server as MCP asks: close its stdin and let it exit; after `grace` seconds,
+    SIGTERM to its process group, after `kill_grace` more, SIGKILL. Its stdout then ends for
+    whoever reads it, even when a child that left the group still holds the pipe open."""
+    if process.returncode is None:
+        if process.stdin is not None:
+            process.stdin.close()
+        if not await _exits(process, grace):
+            _signal_group(process, signal.SIGTERM)
+            if not await _exits(process, kill_grace):
+                _signal_group(process, signal.SIGKILL)
+                if not await _exits(process, kill_grace):
+                    log.warning("server %r (pid %d) survived SIGKILL; left", name, process.pid)
+    if process.stdout is not None:
+        process.stdout.feed_eof()
+
+
+async def _exits(process: Process, within: float) -> bool:
+    try:
+        await asyncio.wait_for(process.wait(), within)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+def _signal_group(process: Process, number: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, number)
+    except ProcessLookupError:
+        pass  # the group is gone already
+    except PermissionError:  # the group is not the one start_process made; the process only
+        process.send_signal(number)
+
+
+class Started:
+    """Stdio servers' processes started before their sessions open (`compensator serve`
+    starts them first thing). `take` hands each over once, to the server's first start;
+    `stop` ends those nobody took."""
+
+    def __init__(self) -> None:
+        self._processes: dict[str, Process] = {}
+
+    async def start(self, specs: Iterable[ServerSpec]) -> None:
+        """Start the process of every stdio server of `specs`. One that cannot start is left
+        to its server's first start, which reports why in the usual way."""
+        for spec in specs:
+            if spec.url is not None:
+                continue
+            try:
+                process = await start_process(spec.command, spec.args, spec.env, spec.cwd)
+            except (OSError, ValueError) as exc:
+                log.debug("server %r: starting its process early failed: %s", spec.name, exc)
+                continue
+            self._processes[spec.name] = process
+
+    def take(self, name: str) -> Process | None:
+        """The process started for server `name`, once; None when there is none (left)."""
+        return self._processes.pop(name, None)
+
+    async def stop(self) -> None:
+        """Stop the processes nobody took (the proxy ended before starting their servers)."""
+        left, self._processes = self._processes, {}
+        await asyncio.gather(*(stop_process(process, name) for name, process in left.items()))

@@ -1,0 +1,154 @@
+"""Server processes: their environment, how they are stopped, and `compensator serve`
+starting them before it imports the MCP SDK (compensator/processes.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from compensator.processes import INHERITED, PASS_ENV, environment, start_process, stop_process
+
+WAIT = 60.0
+"""Seconds a test waits for something a process does; generous for a busy machine."""
+
+
+def test_the_inherited_variables_are_the_sdks():
+    from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
+
+    assert set(INHERITED) == set(DEFAULT_INHERITED_ENV_VARS)
+
+
+def test_a_servers_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("HOME", "/home/someone")
+    monkeypatch.setenv("SHELL", "() { echo exported function; }")
+    monkeypatch.setenv("SECRET", "not passed")
+    monkeypatch.setenv("TOKEN", "passed")
+    monkeypatch.setenv(PASS_ENV, " TOKEN , MISSING,")
+    env = environment({"HOME": "/srv", "EXTRA": "1"})
+    assert env["HOME"] == "/srv"  # the registry's `env` wins
+    assert env["TOKEN"] == "passed"
+    assert env["EXTRA"] == "1"
+    assert "SHELL" not in env and "SECRET" not in env and "MISSING" not in env
+    assert env["PATH"] == os.environ["PATH"]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie nobody reaped yet counts as dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {WAIT} s for {what}"
+        time.sleep(0.02)
+
+
+STUBBORN = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child, through exec too
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(child.pid, flush=True)
+sys.stdin.read()  # its stdin closing does not stop it either
+time.sleep(600)
+"""
+
+
+@pytest.mark.anyio
+async def test_a_server_that_ignores_its_stdin_and_sigterm_is_killed_with_its_children(
+    tmp_path: Path,
+):
+    process = await start_process(sys.executable, ["-c", STUBBORN], {}, tmp_path)
+    assert process.stdout is not None
+    child = int(await process.stdout.readline())
+    assert alive(process.pid) and alive(child)
+    await stop_process(process, "stubborn", grace=0.2, kill_grace=5.0)
+    assert process.returncode == -9  # SIGKILL, after SIGTERM was ignored
+    wait_until(lambda: not alive(child), f"the server's child {child} to die")
+    assert await process.stdout.read() == b""  # its stdout has ended for any reader
+
+
+@pytest.mark.anyio
+async def test_a_server_that_exits_when_its_stdin_closes_is_not_signalled(tmp_path: Path):
+    process = await start_process(sys.executable, ["-c", "import sys; sys.stdin.read()"], {}, "/")
+    await stop_process(process, "polite")
+    assert process.returncode == 0
+
+
+def test_serve_starts_the_servers_before_the_client_speaks_and_stops_them_if_it_leaves(
+    write_registry: Callable[[str], Path], tmp_path: Path
+):
+    """The servers' processes run before the client's `initialize` (and the SDK's import:
+    `compensator.cli.serve` does not import it); a client that leaves without one leaves no
+    process behind."""
+    script = (
+        "import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text(str(os.getpid()));"
+        " sys.stdin.read()"
+    )
+    config = write_registry(
+        "servers:\n"
+        + "".join(
+            f"  s{n}:\n    command: @PYTHON@\n    args: ['-c', {script!r}, '@TMP@/pid{n}']\n"
+            for n in (1, 2)
+        )
+    )
+    command = [sys.executable, "-m", "compensator.proxy", "--config", str(config)]
+    command += ["--db", str(tmp_path / "j.db"), "--log-level", "DEBUG"]
+    with (
+        (tmp_path / "stderr.log").open("w") as log,
+        subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+        ) as proxy,
+    ):
+        try:
+            pids = tmp_path / "pid1", tmp_path / "pid2"
+            wait_until(lambda: all(p.exists() and p.read_text() for p in pids), "both servers")
+            servers = [int(p.read_text()) for p in pids]
+            assert all(alive(pid) for pid in servers)
+            assert proxy.stdin is not None
+            proxy.stdin.close()  # no initialize: the client is gone
+            assert proxy.wait(timeout=WAIT) == 0
+        finally:
+            if proxy.poll() is None:
+                proxy.kill()
+    for pid in servers:
+        wait_until(lambda: not alive(pid), f"server process {pid} to end")  # noqa: B023
+    assert "no server was initialized" in (tmp_path / "stderr.log").read_text()
+
+
+def test_the_front_of_serve_imports_no_sdk():
+    probe = (
+        "import sys, compensator.cli.serve;"
+        " print(sorted(m for m in ('mcp', 'pydantic', 'hypothesis') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.anyio
+async def test_the_first_start_adopts_the_process_started_early(
+    write_registry: Callable[[str], Path], tmp_path: Path, proxy, tasks_env: dict[str, str]
+):
+    """One process per server: the session opens on the process started first thing. (`$$$$`
+    is the shell's `$$` once the registry has read `$$` as a `$`.)"""
+    config = write_registry(
+        "servers:\n  tasks:\n    command: sh\n"
+        "    args: ['-c', 'echo $$$$ >> @TMP@/starts; exec \"$0\" \"$1\"',\n"
+        "           @PYTHON@, @TASKS_SERVER@]\n"
+    )
+    async with proxy(config, env=tasks_env) as client:
+        tools = await client.list_tools()
+        assert any(tool.name == "tasks__add_task" for tool in tools)
+        starts = (tmp_path / "starts").read_text().split()
+        assert len(starts) == 1, starts
+        assert alive(int(starts[0]))
