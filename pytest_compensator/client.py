@@ -30,7 +30,8 @@ class ToolReply:
     is_error: bool
     value: Any
     text: str
-    raw: types.CallToolResult
+    raw: dict[str, Any]
+    """The result as the wire JSON the proxy sent."""
 
 
 class ToolCallFailed(AssertionError):

@@ -25,12 +25,13 @@ async def test_tool_metadata_passes_through_untouched(proxy, write_registry):
     config = fidelity_registry(write_registry)
     async with proxy(config) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    # Six tools in pages of two: pagination was followed downstream.
+    # Seven tools in pages of two: pagination was followed downstream.
     assert {n for n in tools if n.startswith("fid__")} == {
         "fid__shaped",
         "fid__echo",
         "fid__fail",
         "fid__peek",
+        "fid__vendor",
         "fid__bump",
         "fid__set_count",
     }
@@ -60,6 +61,31 @@ async def test_result_violating_output_schema_is_passed_back_raw(proxy, write_re
     assert structured == {"count": "not a number", "extra": True}
     assert failed.is_error and failed.text == "this tool always fails"
     assert echoed.value == {"a": [1, {"b": None}]}
+
+
+async def test_fields_no_mcp_revision_defines_reach_the_client(proxy, write_registry):
+    """A result goes to the client as the server sent it, unknown fields and all, both when the
+    call is read-only and when it is journaled (then its parsed value is journaled too)."""
+    from tests.servers.fidelity_server import VENDOR_RESULT
+
+    extra = """
+tools:
+  fid__vendor:
+    classification: irreversible
+    approve: false
+"""
+    config = fidelity_registry(write_registry, extra)
+    async with proxy(config) as client:
+        cp = await client.checkpoint()
+        journaled = await client.call("fid__vendor", {})
+        [change] = await client.list_changes(cp)
+    # Every field as sent; a line may add its own (1.x writes its default `isError: false`).
+    assert {key: journaled.raw.get(key) for key in VENDOR_RESULT} == VENDOR_RESULT
+    assert change["status"] == "ok" and change["tool"] == "fid__vendor"
+    read_only = "tools:\n  fid__vendor:\n    classification: read\n"
+    async with proxy(fidelity_registry(write_registry, read_only)) as client:
+        read = await client.call("fid__vendor", {})
+    assert {key: read.raw.get(key) for key in VENDOR_RESULT} == VENDOR_RESULT
 
 
 async def test_unregistered_tools_are_unknown_and_refused(proxy, write_registry):

@@ -52,8 +52,8 @@ async def _list_tools(cursor: str | None) -> types.ListToolsResult:
     return types.ListToolsResult(tools=[])
 
 
-async def _call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    return types.CallToolResult(content=[])
+async def _call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"content": []}
 
 
 async def serve_one_client(on_client: Callable[[Any], None]) -> None:

@@ -7,8 +7,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import mcp.types as types
-
 from ..classification import Classification
 from ..errors import CompensatorError, DownstreamError
 from ..registry import Expression, Registry
@@ -51,7 +49,7 @@ def classify(
 
 
 def call_outcome(
-    registry: Registry, name: str, arguments: Mapping[str, Any], result: types.CallToolResult
+    registry: Registry, name: str, arguments: Mapping[str, Any], result: sdk.ToolResult
 ) -> CallOutcome:
     """Parse a result and decide whether the call worked (isError, then `error_when`)."""
     structured, content, is_error = sdk.result_parts(result)

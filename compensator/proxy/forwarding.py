@@ -37,17 +37,13 @@ INSTRUCTIONS = (
 _META_TOOLS = [types.Tool.model_validate(d) for d in meta.META_TOOL_DEFINITIONS]
 
 
-def json_result(value: Any) -> types.CallToolResult:
+def json_result(value: Any) -> sdk.ToolResult:
     text = json.dumps(value, ensure_ascii=False, indent=2)
-    return types.CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": text}], "structuredContent": value}
-    )
+    return {"content": [{"type": "text", "text": text}], "structuredContent": value}
 
 
-def error_result(message: str) -> types.CallToolResult:
-    return types.CallToolResult.model_validate(
-        {"content": [{"type": "text", "text": message}], "isError": True}
-    )
+def error_result(message: str) -> sdk.ToolResult:
+    return {"content": [{"type": "text", "text": message}], "isError": True}
 
 
 class Proxy:
@@ -83,7 +79,7 @@ class Proxy:
         tools = [routed.exposed() for routed in self.pool.routes.values()]
         return types.ListToolsResult(tools=[*tools, *_META_TOOLS])
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> sdk.ToolResult:
         with self._turns.call() as quiet:
             handler = self._meta.get(name)
             if handler is not None:
@@ -135,7 +131,7 @@ class Proxy:
 
     async def _guard(
         self, name: str, classification: Classification, arguments: dict[str, Any]
-    ) -> types.CallToolResult | None:
+    ) -> sdk.ToolResult | None:
         """None when the call may go on; else the error result that refuses it (recorded).
         Nothing is sent downstream before this returns None."""
         verdict = decide(self.registry, name, classification, arguments)
@@ -180,7 +176,7 @@ class Proxy:
         arguments: dict[str, Any],
         asked: Asked,
         reason: str,
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         """Record a refused call and the error result that tells the agent why."""
         self._record_decision(name, classification, arguments, asked.answer, reason or None)
         log.info("%s refused (%s)%s", name, asked.answer, f": {reason}" if reason else "")
@@ -230,7 +226,7 @@ class Proxy:
 
     # -- forwarding --------------------------------------------------------------------
 
-    async def _forward_read(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _forward_read(self, name: str, arguments: dict[str, Any]) -> sdk.ToolResult:
         try:
             return await self.pool.call(name, arguments)
         except DownstreamError as exc:
@@ -238,7 +234,7 @@ class Proxy:
 
     async def _forward_mutating(
         self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         problem = await self.pool.ensure_running(routed.server)
         if problem is not None:
             # Nothing was sent, so nothing happened and nothing is journaled.
@@ -248,7 +244,7 @@ class Proxy:
 
     async def _journaled_call(
         self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
@@ -317,7 +313,7 @@ class Proxy:
             self.journal.record_outcome(change_id, status=status, result=value, error=error)
             del self._unsettled[change_id]
 
-    def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> types.CallToolResult:
+    def _failed_in_transport(self, change_id: int, exc: DownstreamError) -> sdk.ToolResult:
         """A call that got no result: `unknown` when it may have reached the server, `error`
         when the server answered with a JSON-RPC error or the call was never sent."""
         if exc.maybe_applied:
@@ -373,7 +369,7 @@ class Proxy:
         name: str,
         handler: Callable[[Mapping[str, Any]], Awaitable[Any]],
         arguments: Mapping[str, Any],
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         try:
             return json_result(await handler(arguments))
         except MetaArgumentError as exc:

@@ -295,7 +295,7 @@ class Downstream:
         arguments: dict[str, Any],
         timeout: float | None = None,
         progress: sdk.ProgressCallback | None = None,
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         """Forward one call; transport failures raise DownstreamError, isError results return.
 
         `progress` gets the server's progress notifications for the call."""

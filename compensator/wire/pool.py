@@ -233,7 +233,7 @@ class DownstreamPool:
 
     async def call(
         self, name: str, arguments: dict[str, Any], timeout: float | None = None
-    ) -> types.CallToolResult:
+    ) -> sdk.ToolResult:
         """Call a tool by its exposed name (`server__tool`), restarting its server if it exited.
 
         `timeout` overrides the server's `call_timeout`."""

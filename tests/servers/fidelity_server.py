@@ -2,7 +2,8 @@
 
 Tools come in pages of two; `shaped` carries a title, annotations, `_meta` and an outputSchema
 that its own result violates; `fail` returns isError; `peek` is annotated read-only without a
-registry entry; `bump` / `count` keep a counter in memory so tests can see what ran.
+registry entry; `bump` / `count` keep a counter in memory so tests can see what ran; `vendor`
+answers with fields no MCP revision defines (VENDOR_RESULT), in the result and in a block.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ TOOLS = [
         "annotations": {"readOnlyHint": True},
     },
     {
+        "name": "vendor",
+        "description": "Answers with fields no MCP revision defines.",
+        "inputSchema": {"type": "object"},
+    },
+    {
         "name": "bump",
         "description": "Adds `by` (default 1) to the counter and returns the new value.",
         "inputSchema": {"type": "object", "properties": {"by": {"type": "integer"}}},
@@ -72,13 +78,23 @@ TOOLS = [
 
 state = {"count": 0}
 
+VENDOR_RESULT = {
+    "content": [
+        {"type": "text", "text": '{"n": 1}', "x-vendor-block": {"keep": [1, "two"]}},
+        {"type": "text", "text": "second", "annotations": {"priority": 0.5, "x-rank": 7}},
+    ],
+    "structuredContent": {"n": 1},
+    "x-vendor-result": {"trace": "abc", "spans": [1, 2, 3]},
+    "_meta": {"example.com/cost": 3},
+}
 
-def _text(value: Any, *, error: bool = False, structured: Any = None) -> types.CallToolResult:
+
+def _text(value: Any, *, error: bool = False, structured: Any = None) -> dict[str, Any]:
     text = value if isinstance(value, str) else json.dumps(value)
     payload: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": error}
     if structured is not None:
         payload["structuredContent"] = structured
-    return types.CallToolResult.model_validate(payload)
+    return payload
 
 
 async def list_tools(cursor: str | None) -> types.ListToolsResult:
@@ -91,7 +107,9 @@ async def list_tools(cursor: str | None) -> types.ListToolsResult:
     return types.ListToolsResult.model_validate(payload)
 
 
-async def call_tool(name: str, args: dict[str, Any]) -> types.CallToolResult:
+async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    if name == "vendor":
+        return VENDOR_RESULT
     if name == "shaped":
         bad = {"count": "not a number", "extra": True}
         return _text(bad, structured=bad)

@@ -65,9 +65,9 @@ async def list_tools(cursor: str | None) -> types.ListToolsResult:
     return types.ListToolsResult.model_validate({"tools": tools})
 
 
-async def call_tool(name: str, args: dict[str, Any]) -> types.CallToolResult:
+async def call_tool(name: str, args: dict[str, Any]) -> dict[str, Any]:
     text = json.dumps({"tool": name, "args": args})
-    return types.CallToolResult.model_validate({"content": [{"type": "text", "text": text}]})
+    return {"content": [{"type": "text", "text": text}]}
 
 
 def main() -> None:

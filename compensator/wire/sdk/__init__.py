@@ -14,6 +14,7 @@ from .base import MCP2, SDK_MAJOR, SDK_VERSION, SDKError, error_data, sdk_error,
 from .catalog import CatalogHandlers
 from .client import (
     ProgressCallback,
+    ToolResult,
     call_tool_raw,
     connection_closed,
     initialize_capabilities,
@@ -60,6 +61,7 @@ __all__ = [
     "StdioWire",
     "ToolCaller",
     "ToolLister",
+    "ToolResult",
     "ask_client",
     "build_server",
     "call_tool_raw",

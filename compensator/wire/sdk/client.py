@@ -4,11 +4,13 @@ answers hold, on both SDK lines."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 import anyio
 import mcp.types as types
 from mcp import ClientSession
+from pydantic import TypeAdapter
 
 from ...errors import DownstreamError
 from ._private import next_request_id_v1
@@ -17,6 +19,7 @@ from .base import MCP2, SDKError, as_timeout, to_wire, types_v1, wrap_request
 __all__ = [
     "MAX_PAGES",
     "ProgressCallback",
+    "ToolResult",
     "call_tool_raw",
     "connection_closed",
     "initialize_capabilities",
@@ -37,6 +40,13 @@ MAX_PAGES = 1000
 """A bound on following a list's pagination, against a server whose cursor never ends."""
 
 
+ToolResult = dict[str, Any]
+"""A `tools/call` result as the wire JSON a server sent (a CallToolResult's fields, camelCase,
+and any others). The proxy passes it on as it is, parsing only what journaling needs."""
+
+_AS_SENT: TypeAdapter[ToolResult] = TypeAdapter(ToolResult)
+
+
 class ProgressCallback(Protocol):
     """What gets the progress of a forwarded call: the SDKs' `ProgressFnT`, on both lines."""
 
@@ -50,8 +60,9 @@ async def call_tool_raw(
     timeout: float | None = None,
     progress_callback: ProgressCallback | None = None,
     meta: dict[str, Any] | None = None,
-) -> types.CallToolResult:
-    """Call a tool without the client's outputSchema re-validation, so any reply passes as-is.
+) -> ToolResult:
+    """Call a tool and return its result as the server sent it: no outputSchema re-validation,
+    no round trip through the SDK's models (on 2.x those drop fields they do not know).
 
     Cancelling the awaiting task sends `notifications/cancelled` for the request on both
     lines: 2.x does it itself, 1.x is told here. With `progress_callback` the request carries
@@ -62,15 +73,18 @@ async def call_tool_raw(
         params["_meta"] = meta
     request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params))
     if MCP2:
-        result: types.CallToolResult = await session.send_request(
+        # 2.x checks the result against the protocol's schema, then validates it with this
+        # adapter: a plain dict (its annotation wants a model; its code takes any adapter).
+        result: ToolResult = await session.send_request(
             request,
-            types.CallToolResult,
+            cast(Any, _AS_SENT),
             request_read_timeout_seconds=timeout,
             progress_callback=progress_callback,
         )
         return result
-    return await _send_cancellable_v1(  # pragma: no cover
-        session, request, timeout, progress_callback
+    # 1.x always builds its model, which keeps the fields it does not know.
+    return to_wire(  # pragma: no cover
+        await _send_cancellable_v1(session, request, timeout, progress_callback)
     )
 
 
@@ -147,14 +161,11 @@ async def list_all(session: ClientSession, kind: str) -> list[Any]:
     raise DownstreamError(f"{_LISTS[kind][1]} did not end after {MAX_PAGES} pages")
 
 
-def result_parts(result: types.CallToolResult) -> tuple[Any, list[dict[str, Any]], bool]:
-    """(structuredContent, content blocks as wire dicts, isError) of a tool result."""
-    if MCP2:
-        structured, is_error = result.structured_content, result.is_error
-    else:  # pragma: no cover - 1.x only
-        structured, is_error = result.structuredContent, result.isError
-    content = [block.model_dump(by_alias=True, mode="json") for block in result.content]
-    return structured, content, bool(is_error)
+def result_parts(result: Mapping[str, Any]) -> tuple[Any, list[dict[str, Any]], bool]:
+    """(structuredContent, content blocks, isError) of a tool result (`ToolResult`)."""
+    content = result.get("content")
+    blocks = [block for block in content if isinstance(block, dict)] if content else []
+    return result.get("structuredContent"), blocks, result.get("isError") is True
 
 
 def tool_to_wire(tool: types.Tool) -> dict[str, Any]:

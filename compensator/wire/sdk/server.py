@@ -1,22 +1,64 @@
 """The proxy as a server to its client: the low-level server whose tool handlers skip the
-SDK's own validation, on both SDK lines (serving it over stdio is in `stdio`)."""
+SDK's own validation, on both SDK lines (serving it over stdio is in `stdio`).
+
+A tool's result goes to the client as the JSON its server sent. The 2.x server re-validates
+every result of a protocol method against the negotiated revision's models and writes what
+they keep, which drops fields no revision defines (1.x models keep them). So the handler also
+hands each result to `AsSent`, and the stdio wire (`stdio.py`) writes the answer with the
+fields that were sent. Over HTTP the SDK writes the answer itself: there, on 2.x, such fields
+are dropped.
+"""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 
 from .base import MCP2, types_v1
 from .catalog import CatalogHandlers, add_catalog
+from .client import ToolResult
 from .session import handling_call
 
-__all__ = ["ProxyServer", "ToolCaller", "ToolLister", "build_server"]
+__all__ = ["AsSent", "ProxyServer", "ToolCaller", "ToolLister", "build_server"]
 
 ToolLister = Callable[[str | None], Awaitable[types.ListToolsResult]]
-ToolCaller = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+ToolCaller = Callable[[str, dict[str, Any]], Awaitable[ToolResult]]
+"""Answers a tools/call with its result as wire JSON, which 2.x sends as it is."""
+
+
+class AsSent:
+    """Tool results by request id, as the handler returned them, until the wire writes the
+    answer to that request (`restore`). At most LIMIT are kept: an answer the SDK never writes
+    (the client went away) does not pile up."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Any, ToolResult] = OrderedDict()
+
+    def keep(self, request_id: Any, result: ToolResult) -> None:
+        self._kept[request_id] = result
+        if len(self._kept) > self.LIMIT:
+            self._kept.popitem(last=False)
+
+    def restore(self, message: Any) -> Any:
+        """`message` (a JSON-RPC message being written), with a tool result's fields as sent
+        when it answers a kept request. The SDK's own fields stay (on a 2026-era session it
+        adds `resultType` and a `serverInfo` entry in `_meta`)."""
+        if not self._kept:
+            return message
+        sent = self._kept.pop(getattr(message, "id", None), None)
+        written = getattr(message, "result", None)
+        if sent is None or not isinstance(written, dict):
+            return message  # not a kept request, or answered with an error
+        result = {**written, **sent}
+        if isinstance(written.get("_meta"), dict) and isinstance(sent.get("_meta"), dict):
+            result["_meta"] = {**sent["_meta"], **written["_meta"]}
+        return message.model_copy(update={"result": result})
 
 
 class ProxyServer(Server[Any]):
@@ -29,6 +71,8 @@ class ProxyServer(Server[Any]):
 
     list_changed = NotificationOptions(tools_changed=True)
     resources_subscribe = False
+    as_sent: AsSent | None = None
+    """Where tool results wait for the wire that writes them as sent (2.x over stdio)."""
 
     def create_initialization_options(
         self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
@@ -75,17 +119,22 @@ def _build_server_v2(
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return await list_tools(getattr(params, "cursor", None))
 
-    async def on_call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+    async def on_call_tool(ctx: Any, params: Any) -> ToolResult:
         with handling_call(ctx.session, ctx.request_id, ctx.meta, params.name):
-            return await call_tool(params.name, dict(params.arguments or {}))
+            result = await call_tool(params.name, dict(params.arguments or {}))
+        if server.as_sent is not None:
+            server.as_sent.keep(ctx.request_id, result)
+        return result
 
-    return ProxyServer(
+    server = ProxyServer(
         name,
         version=version,
         instructions=instructions,
         on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
+        # Its annotation wants a CallToolResult; its runner takes a dict too.
+        on_call_tool=cast(Any, on_call_tool),
     )
+    return server
 
 
 def _build_server_v1(  # pragma: no cover - 1.x only
@@ -101,7 +150,9 @@ def _build_server_v1(  # pragma: no cover - 1.x only
         arguments = dict(request.params.arguments or {})
         ctx = server.request_context
         with handling_call(ctx.session, ctx.request_id, ctx.meta, request.params.name):
-            return types_v1.ServerResult(await call_tool(request.params.name, arguments))
+            result = await call_tool(request.params.name, arguments)
+        # 1.x sends only models; its models keep the fields they do not know.
+        return types_v1.ServerResult(types_v1.CallToolResult.model_validate(result))
 
     server.request_handlers[types_v1.ListToolsRequest] = on_list_tools
     server.request_handlers[types_v1.CallToolRequest] = on_call_tool

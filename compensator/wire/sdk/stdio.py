@@ -24,6 +24,7 @@ from mcp.shared.message import SessionMessage
 from ...processes import Process, stop_process
 from .. import stdio as pipes
 from .base import MCP2, dump_message, error_response, parse_message
+from .server import AsSent, ProxyServer
 
 __all__ = ["StdioWire", "open_stdio", "process_stdio", "serve_stdio"]
 
@@ -33,8 +34,11 @@ log = logging.getLogger(__name__)
 class StdioWire:
     """The client's stdio connection, its first message already read (see `open_stdio`)."""
 
-    def __init__(self, read_stream: Any, write_stream: Any, first: Any) -> None:
+    def __init__(
+        self, read_stream: Any, write_stream: Any, first: Any, as_sent: AsSent | None = None
+    ) -> None:
         self._read, self._write, self._first = read_stream, write_stream, first
+        self._as_sent = as_sent
 
     @property
     def closed(self) -> bool:
@@ -56,6 +60,8 @@ class StdioWire:
         """Run `server` on the connection, from its first message, until the client leaves."""
         if self._first is None:
             return  # the client closed stdin before sending anything
+        if MCP2 and self._as_sent is not None and isinstance(server, ProxyServer):
+            server.as_sent = self._as_sent  # tool results are written as they were sent
         options = server.create_initialization_options()
         read_stream = _Replayed(self._first, self._read)
         await server.run(read_stream, self._write, options)
@@ -66,11 +72,12 @@ async def open_stdio() -> AsyncIterator[StdioWire]:
     """Take over stdin and stdout for the MCP wire and read the client's first message."""
     if pipes.usable():
         # Pipes on the loop instead of the SDK's worker threads: see compensator/wire/stdio.py.
+        as_sent = AsSent()
         async with (
             pipes.pipe_stdio() as (reader, writer),
-            _over_lines(reader, writer) as (read_stream, write_stream),
+            _over_lines(reader, writer, as_sent) as (read_stream, write_stream),
         ):
-            yield StdioWire(read_stream, write_stream, await _first(read_stream))
+            yield StdioWire(read_stream, write_stream, await _first(read_stream), as_sent)
         return
     async with stdio_server() as (read_stream, write_stream):
         yield StdioWire(read_stream, write_stream, await _first(read_stream))
@@ -110,7 +117,7 @@ class _Replayed(anyio.abc.ObjectReceiveStream[Any]):
 
 @contextlib.asynccontextmanager
 async def _over_lines(
-    reader: pipes.LineReader, writer: pipes.LineWriter
+    reader: pipes.LineReader, writer: pipes.LineWriter, as_sent: AsSent
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams a server runs on, over a line reader and writer: the
     SDK's `stdio_server` does the same over its own file objects only. A line over the limit
@@ -136,7 +143,8 @@ async def _over_lines(
         with contextlib.suppress(anyio.ClosedResourceError):
             async with write_out:
                 async for session_message in write_out:
-                    await writer.write(dump_message(session_message.message) + "\n")
+                    message = as_sent.restore(session_message.message)
+                    await writer.write(dump_message(message) + "\n")
                     await writer.flush()
 
     async with anyio.create_task_group() as group:
