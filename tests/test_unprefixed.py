@@ -192,14 +192,14 @@ async def _uses_everything_by_its_names(
     assert "echo" in tools and "simple-prompt" in prompts
 
     echoed = await sdk.call_tool_raw(session, "echo", {"message": "hi there"})
-    assert "hi there" in json.dumps(sdk.to_wire(echoed))
+    assert "hi there" in json.dumps(echoed)
     summed = await sdk.call_tool_raw(session, "get-sum", {"a": 2, "b": 3})
     _, content, is_error = sdk.result_parts(summed)
     assert not is_error and "5" in content[0]["text"], content
     prompt = await session.get_prompt("simple-prompt")
     assert prompt.messages, prompt
     checkpoint = await sdk.call_tool_raw(session, "checkpoint", {})
-    assert "checkpoint_id" in json.dumps(sdk.to_wire(checkpoint))
+    assert "checkpoint_id" in json.dumps(checkpoint)
 
 
 async def test_through_stdio_a_client_sees_exactly_server_everything(
