@@ -123,16 +123,20 @@ def report(samples: dict[str, list[float]], rounds: int, calls: int) -> None:
     print(f"C-A fastmcp proxy overhead    {c - a:+7.3f} ms")
     print(f"D-A raw relay (one hop)       {d - a:+7.3f} ms")
     ratio = (b - a) / (c - a) if c > a else float("nan")
-    verdict = "met" if ratio <= 0.5 else "MISSED"
-    print(f"(B-A)/(C-A) = {ratio:.2f}   target <= 0.50: {verdict}")
+    print(f"(B-A)/(C-A) = {ratio:.2f}   target <= 0.25: {_verdict(ratio <= 0.25)}"
+          f" (first target <= 0.50: {_verdict(ratio <= 0.5)})")  # fmt: skip
     extra = mutating - b
     downstream = direct_mutating - a
     journaling = extra - downstream
-    verdict = "met" if journaling <= 0.3 else "MISSED"
     print(f"mutating - read call, through the compensator (B+ - B) {extra:+7.3f} ms")
     print(f"mutating - read call, direct: the server's own (A+ - A) {downstream:+7.3f} ms")
     print(f"what journaling adds (B+ - B) - (A+ - A) = {journaling:+.3f} ms"
-          f"   target <= +0.300 ms: {verdict}")  # fmt: skip
+          f" = {journaling / a:.2f} x A   target <= 0.15 x A: {_verdict(journaling <= 0.15 * a)}"
+          f" (first target <= +0.300 ms: {_verdict(journaling <= 0.3)})")  # fmt: skip
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
 
 
 def main() -> int:
