@@ -15,10 +15,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
-
-from .limits import LINE_LIMIT
 
 if TYPE_CHECKING:
     from .registry.model import ServerSpec
@@ -67,8 +65,9 @@ def environment(explicit: Mapping[str, str]) -> dict[str, str]:
 async def start_process(
     command: str, args: Iterable[str], env: Mapping[str, str], cwd: str | os.PathLike[str]
 ) -> Process:
-    """Start a server: its stdin and stdout are pipes to us (lines up to LINE_LIMIT), its
-    stderr is ours, and it leads a new session, so that stopping it reaches its children."""
+    """Start a server: its stdin and stdout are pipes to us, its stderr is ours, and it leads a
+    new session, so that stopping it reaches its children. Its lines have no length limit (a
+    tool result may be a large file), as with the SDK's own stdio client."""
     return await asyncio.create_subprocess_exec(
         command,
         *args,
@@ -78,7 +77,7 @@ async def start_process(
         cwd=cwd,
         env=environment(env),
         start_new_session=True,
-        limit=LINE_LIMIT,
+        limit=sys.maxsize,
     )
 
 
@@ -95,27 +94,45 @@ def _stderr() -> Any:
 async def stop_process(
     process: Process, name: str, *, grace: float = STOP_GRACE, kill_grace: float = KILL_GRACE
 ) -> None:
-    """Stop a server as MCP asks: close its stdin and let it exit; after `grace` seconds,
-    SIGTERM to its process group, after `kill_grace` more, SIGKILL. Its stdout then ends for
-    whoever reads it, even when a child that left the group still holds the pipe open."""
-    if process.returncode is None:
-        if process.stdin is not None:
-            process.stdin.close()
-        if not await _exits(process, grace):
-            _signal_group(process, signal.SIGTERM)
-            if not await _exits(process, kill_grace):
-                _signal_group(process, signal.SIGKILL)
-                if not await _exits(process, kill_grace):
-                    log.warning("server %r (pid %d) survived SIGKILL; left", name, process.pid)
+    """Stop a server as MCP asks: close its stdin and let it exit. If it has not within `grace`
+    seconds, its process group gets SIGTERM, and whatever of the group is left `kill_grace`
+    seconds later gets SIGKILL. Its stdout then ends for whoever reads it, even when a child
+    that left the group still holds the pipe open."""
+    if process.stdin is not None:
+        process.stdin.close()
+    if not await _ends(lambda: process.returncode is not None, grace):
+        _signal_group(process, signal.SIGTERM)
+        if not await _ends(lambda: not _group_alive(process), kill_grace):
+            _signal_group(process, signal.SIGKILL)
+            if not await _ends(lambda: process.returncode is not None, kill_grace):
+                log.warning("server %r (pid %d) survived SIGKILL; left", name, process.pid)
     if process.stdout is not None:
         process.stdout.feed_eof()
 
 
-async def _exits(process: Process, within: float) -> bool:
+POLL = 0.01
+"""Seconds between looks at whether a process (group) has ended."""
+
+
+async def _ends(condition: Callable[[], bool], within: float) -> bool:
+    """Whether `condition` holds within `within` seconds. Polled: asyncio's `Process.wait()`
+    also waits for the pipes to close, which a child that outlives the server keeps open."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(POLL)
+    return True
+
+
+def _group_alive(process: Process) -> bool:
+    """Whether any process of the group `start_process` made is left."""
     try:
-        await asyncio.wait_for(process.wait(), within)
-    except asyncio.TimeoutError:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return process.returncode is None
     return True
 
 
@@ -125,7 +142,8 @@ def _signal_group(process: Process, number: signal.Signals) -> None:
     except ProcessLookupError:
         pass  # the group is gone already
     except PermissionError:  # the group is not the one start_process made; the process only
-        process.send_signal(number)
+        if process.returncode is None:
+            process.send_signal(number)
 
 
 class Started:

@@ -55,12 +55,14 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
 
 
 STUBBORN = """
-import signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the child, through exec too
+import pathlib, signal, subprocess, sys, time
+log = pathlib.Path(sys.argv[1])
+signal.signal(signal.SIGTERM, lambda *_: log.write_text("SIGTERM, ignored"))
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 print(child.pid, flush=True)
 sys.stdin.read()  # its stdin closing does not stop it either
-time.sleep(600)
+while True:
+    time.sleep(600)
 """
 
 
@@ -68,20 +70,44 @@ time.sleep(600)
 async def test_a_server_that_ignores_its_stdin_and_sigterm_is_killed_with_its_children(
     tmp_path: Path,
 ):
-    process = await start_process(sys.executable, ["-c", STUBBORN], {}, tmp_path)
+    log = tmp_path / "signals"
+    process = await start_process(sys.executable, ["-c", STUBBORN, str(log)], {}, tmp_path)
     assert process.stdout is not None
     child = int(await process.stdout.readline())
     assert alive(process.pid) and alive(child)
-    await stop_process(process, "stubborn", grace=0.2, kill_grace=5.0)
-    assert process.returncode == -9  # SIGKILL, after SIGTERM was ignored
+    await stop_process(process, "stubborn", grace=0.2, kill_grace=2.0)
+    assert log.read_text() == "SIGTERM, ignored"  # SIGTERM came first, and was ignored
+    assert process.returncode == -9  # then SIGKILL
     wait_until(lambda: not alive(child), f"the server's child {child} to die")
     assert await process.stdout.read() == b""  # its stdout has ended for any reader
 
 
+LEFT_BEHIND = """
+import subprocess, sys, time
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True)"
+child = subprocess.Popen([sys.executable, "-c", code + "; time.sleep(600)"], stdout=subprocess.PIPE)
+child.stdout.readline()  # from here on the child ignores SIGTERM
+print(child.pid, flush=True)
+while True:
+    time.sleep(600)
+"""
+
+
 @pytest.mark.anyio
-async def test_a_server_that_exits_when_its_stdin_closes_is_not_signalled(tmp_path: Path):
+async def test_a_child_that_ignores_sigterm_is_killed_when_its_server_died_of_it(tmp_path: Path):
+    process = await start_process(sys.executable, ["-c", LEFT_BEHIND], {}, tmp_path)
+    assert process.stdout is not None
+    child = int(await process.stdout.readline())
+    assert alive(child)
+    await stop_process(process, "leaving", grace=0.2, kill_grace=1.0)
+    assert process.returncode == -15  # the server died of SIGTERM
+    wait_until(lambda: not alive(child), f"the child {child} that ignored SIGTERM to die")
+
+
+@pytest.mark.anyio
+async def test_a_server_that_exits_when_its_stdin_closes_is_not_signalled():
     process = await start_process(sys.executable, ["-c", "import sys; sys.stdin.read()"], {}, "/")
-    await stop_process(process, "polite")
+    await stop_process(process, "polite", grace=WAIT)
     assert process.returncode == 0
 
 
@@ -91,9 +117,9 @@ def test_serve_starts_the_servers_before_the_client_speaks_and_stops_them_if_it_
     """The servers' processes run before the client's `initialize` (and the SDK's import:
     `compensator.cli.serve` does not import it); a client that leaves without one leaves no
     process behind."""
-    script = (
-        "import os, pathlib, sys; pathlib.Path(sys.argv[1]).write_text(str(os.getpid()));"
-        " sys.stdin.read()"
+    script = (  # it outlives its stdin: only the proxy's stopping it ends it
+        "import os, pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text(str(os.getpid()));"
+        " sys.stdin.read(); time.sleep(600)"
     )
     config = write_registry(
         "servers:\n"

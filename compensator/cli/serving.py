@@ -1,5 +1,5 @@
 """The heavy half of `compensator serve`: the proxy and the MCP SDK, imported by
-compensator/cli/serve.py once the servers' processes have started (see its `_serve`)."""
+compensator/cli/serve.py once the servers' processes have started (see its `serve`)."""
 
 from __future__ import annotations
 

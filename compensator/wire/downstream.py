@@ -14,7 +14,7 @@ import mcp.types as types
 from mcp import ClientSession
 
 from ..errors import DownstreamError
-from ..processes import Process, start_process
+from ..processes import Started, start_process
 from ..registry import STARTUP_TIMEOUT, Concealer, ServerSpec
 from . import sdk
 
@@ -95,9 +95,10 @@ class Downstream:
     _session_gone: bool = False
     _calls: set[anyio.CancelScope] = field(default_factory=set)
     _closing: anyio.Event = field(default_factory=anyio.Event)
-    started: Process | None = None
-    """A process started for this server ahead of its first start (`processes.Started`),
-    which that start adopts instead of starting one."""
+    started: Started | None = None
+    """Processes started ahead of their servers' first start (`compensator serve` starts
+    them); this server's first start adopts its own, if there is one, instead of starting
+    one. One never adopted is stopped by whoever made `started`."""
     on_restart: Callable[[str], Awaitable[None]] | None = None
     """Awaited with the server's name after each successful restart, before the call that
     caused it goes on (the pool renews what the server forgot)."""
@@ -152,7 +153,7 @@ class Downstream:
             ) as streams:
                 yield streams
             return
-        process, self.started = self.started, None
+        process = self.started.take(self.name) if self.started is not None else None
         if process is None:
             spec = self.spec
             process = await start_process(spec.command, spec.args, spec.env, spec.cwd)

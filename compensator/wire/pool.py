@@ -62,7 +62,8 @@ class DownstreamPool:
     server announces `notifications/tools/list_changed` (`relist`, called by the relay), or
     when a server that failed its first start starts later (`retry_first_start`: it is
     retried in the background with the restart backoff, and the relay tells the client).
-    A stdio server whose process `started` holds adopts it for its first start."""
+    A stdio server whose process `started` holds adopts it for its first start (the caller
+    stops those never adopted)."""
 
     def __init__(
         self,
@@ -77,7 +78,7 @@ class DownstreamPool:
             spec.name: Downstream(
                 spec=spec,
                 startup_timeout=spec.startup_timeout or startup_timeout,
-                started=started.take(spec.name) if started is not None else None,
+                started=started,
             )
             for spec in specs
         }

@@ -49,12 +49,12 @@ class AsSent:
         """`message` (a JSON-RPC message being written), with a tool result's fields as sent
         when it answers a kept request. The SDK's own fields stay (on a 2026-era session it
         adds `resultType` and a `serverInfo` entry in `_meta`)."""
-        if not self._kept:
-            return message
+        if not self._kept or hasattr(message, "method"):
+            return message  # a request or notification of ours: its id is in another space
         sent = self._kept.pop(getattr(message, "id", None), None)
         written = getattr(message, "result", None)
-        if sent is None or not isinstance(written, dict):
-            return message  # not a kept request, or answered with an error
+        if sent is None or not isinstance(written, dict) or "content" not in written:
+            return message  # not a kept call, an error, or (a stale id) not a tool result
         result = {**written, **sent}
         if isinstance(written.get("_meta"), dict) and isinstance(sent.get("_meta"), dict):
             result["_meta"] = {**sent["_meta"], **written["_meta"]}

@@ -173,43 +173,51 @@ async def _refuse(line: pipes.TooLong, read_in: Any, writer: pipes.LineWriter) -
 async def process_stdio(process: Process, name: str) -> AsyncIterator[tuple[Any, Any]]:
     """The (read, write) message streams a ClientSession runs on, over the stdout and stdin of
     server `name`'s process (compensator/processes.py started it); the process is stopped on
-    exit. The read stream ends when the server's stdout does: it exited.
+    exit. The read stream ends when the server's stdout does (it exited), or when a write to
+    its stdin fails (it stopped reading): either way the session sees the server gone.
 
     What the SDK's `stdio_client` does, but over lines on the loop (compensator/wire/stdio.py)
-    and for a process started before the SDK was imported. Bytes that are not UTF-8 are
-    replaced; a line that is not JSON-RPC is logged in one line and dropped; a line over
-    LINE_LIMIT is answered as the client's would be (`_refuse`)."""
+    and for a process started before the SDK was imported. Lines have no length limit (see
+    `start_process`); bytes that are not UTF-8 are replaced; a line that is not JSON-RPC is
+    logged in one line and dropped."""
     assert process.stdout is not None and process.stdin is not None
     reader, writer = pipes.LineReader(process.stdout), pipes.LineWriter(process.stdin)
     read_in, read_out = anyio.create_memory_object_stream[Any](0)
     write_in, write_out = anyio.create_memory_object_stream[Any](0)
 
     async def read_lines() -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async with read_in:
-                async for line in reader:
-                    if isinstance(line, pipes.TooLong):
-                        await _refuse(line, read_in, writer)
-                        continue
+        listened = True  # until the session's stream is closed; then lines are only drained
+        async with read_in:
+            async for line in reader:
+                if isinstance(line, pipes.TooLong):  # not with start_process's limit
+                    log.error("server %r: %s; its session ends", name, line.describe())
+                    return
+                try:
+                    message = parse_message(line)
+                except Exception as exc:
+                    first = (str(exc) or type(exc).__name__).splitlines()[0]
+                    log.warning(
+                        "server %r wrote a line that is not JSON-RPC; dropped it (%s)",
+                        name,
+                        first,
+                    )
+                    continue
+                if listened:
                     try:
-                        message = parse_message(line)
-                    except Exception as exc:
-                        first = (str(exc) or type(exc).__name__).splitlines()[0]
-                        log.warning(
-                            "server %r wrote a line that is not JSON-RPC; dropped it (%s)",
-                            name,
-                            first,
-                        )
-                        continue
-                    await read_in.send(SessionMessage(message))
+                        await read_in.send(SessionMessage(message))
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        listened = False  # a server that writes as it stops is not blocked
 
     async def write_lines() -> None:
-        # OSError: the server exited under a write; the read side reports that.
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             async with write_out:
-                async for session_message in write_out:
-                    await writer.write(dump_message(session_message.message) + "\n")
-                    await writer.flush()
+                try:
+                    async for session_message in write_out:
+                        await writer.write(dump_message(session_message.message) + "\n")
+                        await writer.flush()
+                except OSError as exc:
+                    log.debug("server %r: writing to its stdin failed: %s", name, exc)
+                    read_in.close()  # the session sees the server gone
 
     async with anyio.create_task_group() as group:
         group.start_soon(read_lines)
@@ -218,5 +226,6 @@ async def process_stdio(process: Process, name: str) -> AsyncIterator[tuple[Any,
             yield read_out, write_in
         finally:
             with anyio.CancelScope(shield=True):
+                await read_out.aclose()  # the reader goes on draining stdout (see above)
                 await stop_process(process, name)
             group.cancel_scope.cancel()
