@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
-from ..journal import Checkpoint, JournalStore, default_journal_path, journal_address
+from ..journal import Checkpoint
 
 if TYPE_CHECKING:
     from ..clients import Source
+    from ..journal import JournalStore
 
 __all__ = [
     "add_agent_argument",
@@ -40,6 +41,8 @@ def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> 
 
 def db_argument(text: str) -> str | Path:
     """`--db`'s value as a journal address; a usage error for a URL that is not PostgreSQL's."""
+    from ..journal import journal_address  # here: `--help` starts without the stores
+
     try:
         return journal_address(text)
     except CompensatorError as exc:
@@ -67,6 +70,8 @@ def journal_path(db: str | Path | None, config: Path | None) -> str | Path:
         return db
     if config is None:
         raise CompensatorError("pass --db JOURNAL, or --config REGISTRY to use its journal")
+    from ..journal import default_journal_path  # here: `--help` starts without the stores
+
     return default_journal_path(config)
 
 

@@ -12,19 +12,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
-from ..journal import (
-    Answer,
-    Change,
-    Checkpoint,
-    Decision,
-    JournalStore,
-    Session,
-    Status,
-    open_journal,
-)
+from ..journal import Answer, Change, Checkpoint, Decision, Session, Status
 from .common import (
     add_agent_argument,
     agent_name,
@@ -37,6 +28,9 @@ from .common import (
     plural,
 )
 from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
+
+if TYPE_CHECKING:
+    from ..journal import JournalStore
 
 __all__ = ["ANSWER_TEXT", "LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
 
@@ -348,6 +342,8 @@ def run_log(args: argparse.Namespace) -> int:
     if args.db is None and args.config is None:
         print("compensator log: pass --db JOURNAL, or --config REGISTRY", file=sys.stderr)
         return 2
+    from ..journal import open_journal  # here: `log --help` starts without the stores
+
     journal: JournalStore | None = None
     try:
         journal = open_journal(journal_path(args.db, args.config), read_only=True)

@@ -10,6 +10,7 @@ share). A new backend is one module implementing `JournalStore`, chosen in
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from .records import (
@@ -25,17 +26,30 @@ from .records import (
     StepStatus,
     latest_steps,
 )
-from .sqlite import SCHEMA_VERSION, SQLiteJournal
-from .store import (
-    JournalStore,
-    default_journal_path,
-    is_postgres_url,
-    journal_address,
-    open_journal,
-)
 
 if TYPE_CHECKING:
     from .postgres import PostgresJournal
+    from .sqlite import SCHEMA_VERSION, SQLiteJournal
+    from .store import (
+        JournalStore,
+        default_journal_path,
+        is_postgres_url,
+        journal_address,
+        open_journal,
+    )
+
+# The records are imported with the package; the stores when first asked for, so that
+# `compensator log --help` starts without sqlite3, and the SQLite journal without psycopg.
+_HOMES = {
+    "SCHEMA_VERSION": "sqlite",
+    "SQLiteJournal": "sqlite",
+    "PostgresJournal": "postgres",
+    "JournalStore": "store",
+    "default_journal_path": "store",
+    "is_postgres_url": "store",
+    "journal_address": "store",
+    "open_journal": "store",
+}
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -61,10 +75,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The PostgreSQL store is imported when first asked for, so that the SQLite journal and
-    # the command line start without it.
-    if name == "PostgresJournal":
-        from .postgres import PostgresJournal
-
-        return PostgresJournal
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)
