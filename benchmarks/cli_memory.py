@@ -53,7 +53,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.overhead import SERVER  # noqa: E402
 from benchmarks.startup import registry  # noqa: E402
-from compensator.journal import Intent, SQLiteJournal, Status  # noqa: E402
+from benchmarks.undo import fill_journal  # noqa: E402
+from compensator.journal import SQLiteJournal  # noqa: E402
 
 SERVERS = 5
 CLI_TARGET = 3.0
@@ -68,19 +69,6 @@ def header() -> None:
 
 
 # -- CLI ----------------------------------------------------------------------------------
-
-
-def write_journal(path: Path, changes: int) -> None:
-    """A journal of `changes` changes, a checkpoint every 100, as a proxy would write it."""
-    journal = SQLiteJournal(path)
-    for index in range(changes):
-        if index % 100 == 0:
-            journal.create_checkpoint(f"cp {index}")
-        change = journal.record_intent(
-            Intent(tool="bench__bump", classification="reversible", args={"by": 1})
-        )
-        journal.record_outcome(change, status=Status.OK, result={"value": index + 1})
-    journal.close()
 
 
 @dataclass(frozen=True)
@@ -140,7 +128,7 @@ def cli_part(rounds: int, warmup: int) -> None:
     with tempfile.TemporaryDirectory(prefix="compensator-bench-") as name:
         tmp = Path(name)
         journal = tmp / "journal.db"
-        write_journal(journal, 1000)
+        fill_journal(journal, 1000)
         commands = cli_commands(journal)
         for command in commands:
             for _ in range(warmup):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INHERITED",
     "PASS_ENV",
+    "Process",
     "Started",
     "environment",
     "start_process",

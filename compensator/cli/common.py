@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
 from ..journal import Checkpoint
+from ..names import CLIENT_NAME
 
 if TYPE_CHECKING:
     from ..clients import Source
     from ..journal import JournalStore
+    from ..wire.http_serve import HttpEndpoint
 
 __all__ = [
+    "ServeOptions",
     "add_agent_argument",
     "add_client_arguments",
     "add_registry_arguments",
@@ -30,6 +34,22 @@ __all__ = [
     "no_such_checkpoint",
     "plural",
 ]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How `compensator serve` serves, besides its registry and journal: what
+    compensator/cli/serve.py reads from the command line and compensator/cli/serving.py uses."""
+
+    fsync: bool = False
+    http: HttpEndpoint | None = None
+    """Serve any number of clients over streamable HTTP there; None: one client over stdio."""
+    client_name: str = CLIENT_NAME
+    """What the client calls the proxy, for the start-up warning about long tool names."""
+    agent: str | None = None
+    """The agent this proxy works for; None: it continues the last one that ended."""
+    scope: str | None = None
+    """The shared journal scope it joins; None: none."""
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> None:

@@ -22,24 +22,16 @@ from ..journal import default_journal_path
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH
 from ..processes import Started
 from ..registry import load_registry, registry_environment
-from ..wire.http_serve import TOKEN_VARIABLE, HttpEndpoint, HttpError, exposure, listen, read_token
-from .common import add_registry_arguments
+from ..wire.http_serve import TOKEN_VARIABLE, HttpError, exposure, listen, read_token
+from .common import ServeOptions, add_registry_arguments
 from .terminal import log_to_stderr
 
 __all__ = ["add_serve_arguments", "main", "run_serve", "serve"]
 
 
-async def serve(
-    config: Path,
-    db: str | Path,
-    fsync: bool = False,
-    http: HttpEndpoint | None = None,
-    client_name: str = CLIENT_NAME,
-    agent: str | None = None,
-    scope: str | None = None,
-) -> None:
+async def serve(config: Path, db: str | Path, options: ServeOptions) -> None:
     """Load the registry, start its stdio servers' processes, import the proxy while they
-    start, and serve (`serving.serve` says how, and what the arguments mean)."""
+    start, and serve (`serving.serve` says how)."""
     registry = load_registry(config, environ=registry_environment())
     started = Started()
     try:
@@ -47,16 +39,7 @@ async def serve(
         # Imported here, on purpose: the servers start while the SDK is being imported.
         from .serving import serve as serve_proxy
 
-        await serve_proxy(
-            registry,
-            db,
-            started=started,
-            fsync=fsync,
-            http=http,
-            client_name=client_name,
-            agent=agent,
-            scope=scope,
-        )
+        await serve_proxy(registry, db, started, options)
     finally:
         with anyio.CancelScope(shield=True):
             await started.stop()
@@ -162,12 +145,16 @@ def run_serve(args: argparse.Namespace) -> int:
             return exc.exit_code
         if warning is not None:
             print(warning, file=sys.stderr, flush=True)
-    scope = getattr(args, "journal_scope", None)
+    options = ServeOptions(
+        fsync=args.fsync,
+        http=http,
+        client_name=getattr(args, "client_name", CLIENT_NAME),
+        agent=getattr(args, "agent", None),
+        scope=getattr(args, "journal_scope", None),
+    )
     try:
         db = args.db if args.db is not None else default_journal_path(args.config)
-        client_name = getattr(args, "client_name", CLIENT_NAME)
-        agent = getattr(args, "agent", None)
-        anyio.run(serve, args.config, db, args.fsync, http, client_name, agent, scope)
+        anyio.run(serve, args.config, db, options)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2

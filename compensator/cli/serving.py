@@ -17,7 +17,8 @@ from ..processes import Started
 from ..proxy import INSTRUCTIONS, Proxy
 from ..registry import Registry
 from ..wire import Catalog, DownstreamPool, Relay, sdk
-from ..wire.http_serve import HttpEndpoint, serve_http
+from ..wire.http_serve import serve_http
+from .common import ServeOptions
 
 __all__ = ["serve"]
 
@@ -25,27 +26,17 @@ log = logging.getLogger(__name__)
 
 
 async def serve(
-    registry: Registry,
-    db: str | Path,
-    *,
-    started: Started,
-    fsync: bool = False,
-    http: HttpEndpoint | None = None,
-    client_name: str = CLIENT_NAME,
-    agent: str | None = None,
-    scope: str | None = None,
+    registry: Registry, db: str | Path, started: Started, options: ServeOptions
 ) -> None:
     """Start the downstream servers of `registry` and serve one client over stdio, or any
-    number over streamable HTTP on `http` (compensator/wire/http_serve.py). Their processes
-    are those `started` holds, where it has one. `client_name` is what the client calls the
-    proxy, for the start-up warning about long tool names. `agent` names the agent this proxy
-    works for (None: it continues the last one that ended), and `scope` the shared journal
-    scope it joins (None: none).
+    number over streamable HTTP on `options.http` (compensator/wire/http_serve.py). Their
+    processes are those `started` holds, where it has one.
 
     Over stdio the servers are initialized once the client's `initialize` has arrived, so
     that they are offered the sampling, elicitation and roots support of that client and no
     other (an MCP client sends it at once; the answer waits for the servers)."""
-    journal = open_journal(db, fsync=fsync, agent=agent, scope=scope)
+    http, client_name, scope = options.http, options.client_name, options.scope
+    journal = open_journal(db, fsync=options.fsync, agent=options.agent, scope=scope)
     log.info(
         "journal: %s, session: %s, agent: %s%s",
         journal.location,

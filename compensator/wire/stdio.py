@@ -1,4 +1,5 @@
-"""This process's stdin and stdout as event-loop pipes, read and written line by line.
+"""This process's stdin and stdout as event-loop pipes, read and written line by line (and
+`LineReader`/`LineWriter` over a server process's pipes too: compensator/wire/sdk/stdio.py).
 
 The SDK reads and writes stdio through worker threads: a thread hop for every line read,
 written and flushed, which is most of the proxy's per-call overhead. When both ends are pipes
