@@ -262,7 +262,7 @@ class Recorder:
             )
         self._state = None
         if promise is not None and before is not None:
-            self._require_unchanged(before, f"{tool} changed the state, but {promise}")
+            self._require_unchanged(before, f"{tool} changed the state, but {promise}", tool)
         return ok
 
     def _promised_unchanged(self, tool: str, args: Mapping[str, Any]) -> str | None:
@@ -293,7 +293,7 @@ class Recorder:
                 )
         return None
 
-    def _require_unchanged(self, before: Any, headline: str) -> None:
+    def _require_unchanged(self, before: Any, headline: str, tool: str) -> None:
         after = self.observe()
         if after == before:
             return
@@ -306,7 +306,8 @@ class Recorder:
                 report={},
                 journal=[],
                 compared="expected = before the call, observed = after it",
-            )
+            ),
+            tools=[tool],
         )
 
     def call_drawn(self, data: st.DataObject, tool: str) -> None:
@@ -351,7 +352,8 @@ class Recorder:
                 observed=observed,
                 report=report,
                 journal=self.driver.journal_since(checkpoint),
-            )
+            ),
+            tools=involved,
         )
 
     def repeat_idempotent(self, checkpoint: int, expected: Any) -> None:
@@ -369,6 +371,7 @@ class Recorder:
                 f"{tool} is marked `idempotent: true`, but running it a second time (the "
                 f"compensation of {undone}) changed the state: an in-doubt compensation "
                 "repeated after a crash would not restore it",
+                tool,
             )
 
 

@@ -122,11 +122,19 @@ class Coverage:
         return rows
 
 
-class UndoFailure(AssertionError):
+class _Blaming(AssertionError):
+    """A failure that names the tools involved, for `compensator infer` to set aside."""
+
+    def __init__(self, message: str, *, tools: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.tools = tuple(tools)
+
+
+class UndoFailure(_Blaming):
     """undo_to did not restore the state recorded at its checkpoint."""
 
 
-class PromiseBroken(AssertionError):
+class PromiseBroken(_Blaming):
     """A call the registry promises changes nothing (a read, a call `mutating_when` calls a
     read, a call `error_when` calls failed, a repeated `idempotent` compensation) changed
     the observed state."""

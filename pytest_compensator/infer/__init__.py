@@ -1,0 +1,21 @@
+"""`compensator infer`: undo policies found by experiment on the real servers, and written
+only once the plugin's own round trips have proven them.
+
+`candidates` builds what to try from names, schemas and sample results (pure); `proof` runs
+the plugin's checks on candidate registries; `engine` orders the work; `writing` adds the
+result to the person's registry file. The CLI front is `compensator/cli/infer.py`.
+"""
+
+from .engine import Inference, Outcome, Report, check_output_folder
+from .writing import InferError, add_to_tools, comment_lines, entry_lines
+
+__all__ = [
+    "InferError",
+    "Inference",
+    "Outcome",
+    "Report",
+    "add_to_tools",
+    "check_output_folder",
+    "comment_lines",
+    "entry_lines",
+]

@@ -1,0 +1,560 @@
+"""Candidate policies for one tool, built from tool names, input schemas and the values that
+sample calls returned. Pure: nothing here calls a server."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Candidate",
+    "Samples",
+    "ToolInfo",
+    "compensable_candidates",
+    "in_band_failure",
+    "looks_creating",
+    "looks_read",
+    "opposite_tools",
+    "read_candidate",
+    "reporting_failures",
+    "reversible_candidates",
+    "snapshot_tools",
+    "words",
+]
+
+READ_VERBS = frozenset(
+    [
+        "get",
+        "list",
+        "read",
+        "describe",
+        "search",
+        "find",
+        "show",
+        "query",
+        "view",
+        "fetch",
+        "count",
+        "stat",
+        "info",
+        "lookup",
+        "inspect",
+        "peek",
+        "browse",
+        "directory",
+    ]
+)
+CREATE_VERBS = frozenset(
+    [
+        "add",
+        "create",
+        "insert",
+        "new",
+        "make",
+        "write",
+        "put",
+        "append",
+        "open",
+        "restore",
+        "upload",
+        "register",
+        "post",
+    ]
+)
+RESTORE_VERBS = ("set", "update", "restore", "write", "put", "replace", "save", "edit")
+"""Verbs of the tools tried for writing a snapshot back, in this order (after the tool
+itself)."""
+
+# The opposite actions a name may name. A verb maps to the verbs of its possible inverses, the
+# likeliest first; "un" + verb (complete -> uncomplete) is tried besides.
+_OPPOSITES: dict[str, tuple[str, ...]] = {
+    "add": ("remove", "delete"),
+    "remove": ("add",),
+    "create": ("delete", "remove", "drop", "destroy"),
+    "insert": ("delete", "remove"),
+    "delete": ("restore", "undelete", "create", "add", "insert"),
+    "restore": ("delete", "remove"),
+    "open": ("close",),
+    "close": ("open", "reopen"),
+    "complete": ("uncomplete", "reopen"),
+    "enable": ("disable",),
+    "disable": ("enable",),
+    "start": ("stop",),
+    "stop": ("start",),
+    "attach": ("detach",),
+    "detach": ("attach",),
+    "link": ("unlink",),
+    "push": ("pop",),
+    "archive": ("unarchive", "restore"),
+    "hide": ("unhide", "show"),
+    "publish": ("unpublish",),
+    "assign": ("unassign",),
+    "grant": ("revoke",),
+    "revoke": ("grant",),
+    # Their own inverse: the call again (with swapped ends for a move) puts things back.
+    "toggle": ("toggle",),
+    "flip": ("flip",),
+    "swap": ("swap",),
+    "move": ("move",),
+}
+
+# Pairs of arguments a move-like call's inverse swaps (`source` <- `args.destination`).
+_SWAPS = (
+    ("source", "destination"),
+    ("from", "to"),
+    ("src", "dst"),
+    ("old", "new"),
+    ("oldpath", "newpath"),
+    ("oldname", "newname"),
+    ("sourcepath", "destinationpath"),
+)
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+MAX_SNAPSHOT_TOOLS = 3
+MAX_COMPENSABLE = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolInfo:
+    """What infer knows of an offered tool without calling it."""
+
+    name: str
+    prefix: str  # "tasks__" (the server's prefix; "" when unprefixed)
+    schema: Mapping[str, Any]  # its inputSchema
+    read_only: bool = False  # annotated readOnlyHint
+    destructive: bool = False  # annotated destructiveHint
+
+    @property
+    def short(self) -> str:
+        return self.name[len(self.prefix) :]
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        properties = self.schema.get("properties")
+        return properties if isinstance(properties, Mapping) else {}
+
+    @property
+    def required(self) -> list[str]:
+        required = self.schema.get("required")
+        return [str(r) for r in required] if isinstance(required, list) else []
+
+
+@dataclass
+class Samples:
+    """Values that sample calls of a tool showed: the arguments and results of calls that
+    worked, and what each possible snapshot tool returned just before them."""
+
+    args: list[dict[str, Any]] = field(default_factory=list)
+    results: list[Any] = field(default_factory=list)
+    snapshots: dict[str, list[Any]] = field(default_factory=dict)
+    calls: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A policy to try: the registry entry as it would be written, and a one-line summary."""
+
+    kind: str  # read, reversible or compensable
+    entry: dict[str, Any]
+    summary: str
+    experiment: bool = False  # a read found by experiment only: needs calls that worked
+
+
+def words(name: str) -> list[str]:
+    """`add_task`, `addTask` and `add-task` -> ["add", "task"]."""
+    return [w.lower() for part in re.split(r"[_\-\s.]+", name) for w in _WORD.findall(part)]
+
+
+def _normal(name: str) -> str:
+    return "".join(words(name))
+
+
+def looks_read(tool: ToolInfo) -> bool:
+    found = words(tool.short)
+    return bool(found) and found[0] in READ_VERBS
+
+
+def looks_creating(tool: ToolInfo) -> bool:
+    found = words(tool.short)
+    return bool(found) and found[0] in CREATE_VERBS
+
+
+def opposite_tools(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
+    """Tools of the same server whose name is the opposite action of this one's, likeliest
+    first: same words after the verb, the verb replaced by an opposite (or un-prefixed)."""
+    found = words(tool.short)
+    if not found:
+        return []
+    verb, rest = found[0], found[1:]
+    verbs = list(_OPPOSITES.get(verb, ()))
+    verbs += [f"un{verb}"] if not verb.startswith("un") else [verb[2:]]
+    by_words = {
+        tuple(words(other.short)): other
+        for other in offered.values()
+        if other.prefix == tool.prefix
+    }
+    out: list[ToolInfo] = []
+    for opposite in verbs:
+        match = by_words.get((opposite, *rest))
+        if match is not None and match not in out:
+            out.append(match)
+    return out
+
+
+# -- filling arguments -------------------------------------------------------------------
+
+
+def expression(*parts: str) -> str:
+    """A JMESPath to a field: `result.id`, `args."old-name"`."""
+    return ".".join(p if _IDENTIFIER.match(p) else '"' + p.replace('"', '\\"') + '"' for p in parts)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _schema_types(schema: Any) -> set[str] | None:
+    """The JSON types a schema allows; None when it does not say."""
+    if not isinstance(schema, Mapping):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind, "integer"} if kind == "number" else {kind}
+    if isinstance(kind, list):
+        return {str(k) for k in kind} | ({"integer"} if "number" in kind else set())
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            found: set[str] = set()
+            for option in options:
+                inner = _schema_types(option)
+                if inner is None:
+                    return None
+                found |= inner
+            return found
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return {_json_type(v) for v in schema["enum"]}
+    return None
+
+
+@dataclass(frozen=True)
+class Source:
+    """A field a compensating call may take a value from: its path and the values seen."""
+
+    path: tuple[str, ...]  # ("result", "id")
+    values: tuple[Any, ...]
+    always: bool = True  # every sample value had this field
+
+    @property
+    def leaf(self) -> str:
+        return _normal(self.path[-1])
+
+    def fits(self, schema: Any) -> bool:
+        allowed = _schema_types(schema)
+        seen = {_json_type(v) for v in self.values if v is not None}
+        return allowed is None or not seen or seen <= allowed
+
+    @property
+    def object_list(self) -> bool:
+        """A list whose items (in the samples that had any) are objects."""
+        lists = [v for v in self.values if isinstance(v, list)]
+        return len(lists) == len(self.values) and all(
+            isinstance(item, Mapping) for value in lists for item in value
+        )
+
+
+def sources(root: str, values: Iterable[Any], depth: int = 2) -> list[Source]:
+    """Every field of the sample values under `root`, shallow ones first."""
+    collected: dict[tuple[str, ...], list[Any]] = {}
+    parents: dict[tuple[str, ...], int] = {}  # how many sample values were objects there
+
+    def walk(path: tuple[str, ...], value: Any, level: int) -> None:
+        if not isinstance(value, Mapping) or level > depth:
+            return
+        parents[path] = parents.get(path, 0) + 1
+        for key, inner in value.items():
+            collected.setdefault((*path, str(key)), []).append(inner)
+            walk((*path, str(key)), inner, level + 1)
+
+    for value in values:
+        walk((root,), value, 1)
+    ordered = sorted(collected.items(), key=lambda item: len(item[0]))
+    return [
+        Source(path, tuple(found), always=len(found) == parents.get(path[:-1], 0))
+        for path, found in ordered
+    ]
+
+
+def fill(
+    target: ToolInfo, available: Sequence[Source], *, id_from: Sequence[Source] = ()
+) -> dict[str, str] | None:
+    """Arguments for `target` as templates, each taken from the first source whose field has
+    the argument's name and a fitting type; an `...id` argument may take an `id` from
+    `id_from`, and a list of objects the only such list. Optional arguments are filled only
+    when a source names them. None when a required argument finds no source."""
+    filled: dict[str, str] = {}
+    for name, schema in target.properties.items():
+        source = _source_for(name, schema, available, id_from)
+        if source is not None and name not in target.required and not source.always:
+            source = None  # a field only some results have would render null, or the wrong type
+        if source is not None:
+            filled[name] = "{" + expression(*source.path) + "}"
+        elif name in target.required:
+            return None
+    return filled
+
+
+def _source_for(
+    name: str, schema: Any, available: Sequence[Source], id_from: Sequence[Source]
+) -> Source | None:
+    wanted = _normal(name)
+    for source in available:
+        if source.leaf == wanted and source.fits(schema):
+            return source
+    if wanted.endswith("id"):
+        for source in id_from:
+            if source.leaf == "id" and source.fits(schema):
+                return source
+    if (_schema_types(schema) or set()) == {"array"}:
+        lists = [s for s in available if s.object_list and any(s.values)]
+        if len(lists) == 1:
+            return lists[0]
+    return None
+
+
+# -- the candidates ------------------------------------------------------------------------
+
+
+def read_candidate(tool: ToolInfo, *, experiment: bool, probe: bool = False) -> Candidate:
+    why = "annotated readOnlyHint" if tool.read_only else "its name reads"
+    if probe:
+        why = "a state probe calls it"
+    if experiment:
+        why = "its calls never changed the state"
+    return Candidate(
+        kind="read",
+        entry={"classification": "read"},
+        summary=f"read ({why})",
+        experiment=experiment,
+    )
+
+
+def reversible_candidates(
+    tool: ToolInfo, offered: Mapping[str, ToolInfo], samples: Samples
+) -> list[Candidate]:
+    """An opposite tool with arguments from the call's `args` and `result`; first with a
+    `when` for each boolean field of the result (`created`: only undo what was made)."""
+    arg_sources = sources("args", samples.args)
+    result_sources = sources("result", samples.results)
+    flags = [
+        s.path[1]
+        for s in result_sources
+        if len(s.path) == 2 and s.values and all(isinstance(v, bool) for v in s.values)
+    ]
+    out: list[Candidate] = []
+    for inverse in opposite_tools(tool, offered):
+        args: dict[str, str] | None
+        if inverse.name == tool.name:
+            args = _swapped(tool)
+        else:
+            args = fill(inverse, [*arg_sources, *result_sources], id_from=result_sources)
+        if args is None:
+            continue
+        for flag in [*flags, None]:
+            step: dict[str, Any] = {"tool": inverse.name, "args": args}
+            if flag is not None:
+                step["when"] = expression("result", flag)
+            out.append(_reversible(step))
+    return out
+
+
+def _swapped(tool: ToolInfo) -> dict[str, str]:
+    """The call again with the ends of each swap pair exchanged (none: the same arguments)."""
+    names = {_normal(n): n for n in tool.properties}
+    args = {name: "{" + expression("args", name) + "}" for name in tool.required}
+    for one, other in _SWAPS:
+        if one in names and other in names:
+            args[names[one]] = "{" + expression("args", names[other]) + "}"
+            args[names[other]] = "{" + expression("args", names[one]) + "}"
+    return args
+
+
+def _reversible(step: dict[str, Any]) -> Candidate:
+    if "when" in step:
+        entry = {"classification": "reversible", "inverse": [step]}
+    else:
+        entry = {
+            "classification": "reversible",
+            "inverse_tool": step["tool"],
+            "inverse_args": step["args"],
+        }
+    return Candidate(kind="reversible", entry=entry, summary=f"reversible: {_steps([step])}")
+
+
+def snapshot_tools(tool: ToolInfo, reads: Iterable[ToolInfo]) -> list[tuple[ToolInfo, dict]]:
+    """Read tools of the same server whose required arguments the call's own arguments fill
+    by name, each with that filling ({its argument: the call's}): the snapshot before the
+    call. Fewest arguments first."""
+    own = {_normal(n): n for n in tool.properties}
+    found: list[tuple[ToolInfo, dict[str, str]]] = []
+    for read in reads:
+        if read.prefix != tool.prefix or read.name == tool.name or not read.required:
+            continue
+        if all(_normal(r) in own for r in read.required):
+            found.append((read, {r: own[_normal(r)] for r in read.required}))
+    found.sort(key=lambda pair: (len(pair[0].required), not looks_read(pair[0])))
+    return found[:MAX_SNAPSHOT_TOOLS]
+
+
+def compensable_candidates(
+    tool: ToolInfo,
+    offered: Mapping[str, ToolInfo],
+    reads: Iterable[ToolInfo],
+    samples: Samples,
+) -> list[Candidate]:
+    """A snapshot read plus writes that put it back: one write (the tool itself, then set /
+    update / restore ... tools), and for a snapshot holding an object and a list of objects
+    (a task and its subtasks) the two-step shape for cascades."""
+    arg_sources = sources("args", samples.args)
+    writers = _writers(tool, offered)
+    out: list[Candidate] = []
+    for read, filling in snapshot_tools(tool, reads):
+        snapshot_args = {r: "{" + expression("args", own) + "}" for r, own in filling.items()}
+        values = samples.snapshots.get(read.name, [])
+        if not values:
+            continue
+        snap = sources("snapshot", values)
+        for writer in writers:
+            args = fill(writer, [*snap, *arg_sources])
+            if args is not None and _restores(args):
+                out.append(_compensable(read, snapshot_args, [{"tool": writer.name, "args": args}]))
+        out += _cascades(read, snapshot_args, snap, writers)
+    return out[:MAX_COMPENSABLE]
+
+
+def _writers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
+    ranked = [tool]
+    for verb in RESTORE_VERBS:
+        for other in offered.values():
+            first = words(other.short)[:1]
+            if other.prefix == tool.prefix and first == [verb] and other not in ranked:
+                ranked.append(other)
+    return ranked
+
+
+def _restores(args: Mapping[str, str]) -> bool:
+    """Whether a write takes something other than an identity (an id, a path, a name) from
+    the snapshot: else it only repeats the call on the same thing."""
+    return any(
+        template.startswith("{snapshot.") and not _is_identity(name)
+        for name, template in args.items()
+    )
+
+
+def _is_identity(name: str) -> bool:
+    normal = _normal(name)
+    return normal.endswith("id") or normal in ("path", "name", "key")
+
+
+def _cascades(
+    read: ToolInfo, snapshot_args: dict[str, str], snap: list[Source], writers: list[ToolInfo]
+) -> Iterator[Candidate]:
+    """Restore the object from `snapshot.<object>.*`, then the list `snapshot.<list>` with a
+    tool that takes a list of objects: a deleted thing and what its deletion cascaded over."""
+    objects = [
+        s for s in snap if len(s.path) == 2 and all(isinstance(v, Mapping) for v in s.values)
+    ]
+    lists = [s for s in snap if len(s.path) == 2 and s.object_list]
+    for obj in objects:
+        inner = [s for s in snap if s.path[:2] == obj.path and len(s.path) == 3]
+        for first in writers:
+            first_args = fill(first, inner)
+            if not first_args or not _restores(first_args):
+                continue
+            for listed in lists:
+                for second in writers:
+                    second_args = fill(second, [listed])
+                    if not second_args or second.name == first.name:
+                        continue
+                    steps = [
+                        {"tool": first.name, "args": first_args},
+                        {
+                            "tool": second.name,
+                            "args": second_args,
+                            "when": f"length({expression(*listed.path)}) > `0`",
+                        },
+                    ]
+                    yield _compensable(read, snapshot_args, steps)
+
+
+def _compensable(read: ToolInfo, snapshot_args: dict[str, str], steps: list[dict]) -> Candidate:
+    entry: dict[str, Any] = {
+        "classification": "compensable",
+        "snapshot_tool": read.name,
+        "snapshot_args": snapshot_args,
+    }
+    if len(steps) == 1 and "when" not in steps[0]:
+        entry |= {"inverse_tool": steps[0]["tool"], "inverse_args": steps[0]["args"]}
+    else:
+        entry["inverse"] = steps
+    summary = f"compensable: snapshot {_call(read.name, snapshot_args)}, then {_steps(steps)}"
+    return Candidate(kind="compensable", entry=entry, summary=summary)
+
+
+def _call(tool: str, args: Mapping[str, str]) -> str:
+    return f"{tool}({', '.join(f'{k}={v}' for k, v in args.items())})"
+
+
+def _steps(steps: Sequence[Mapping[str, Any]]) -> str:
+    shown = []
+    for step in steps:
+        when = f" when {step['when']}" if "when" in step else ""
+        shown.append(_call(step["tool"], step["args"]) + when)
+    return "; ".join(shown)
+
+
+_OK_FLAGS = ("ok", "success", "succeeded")
+
+
+def in_band_failure(samples: Samples) -> str | None:
+    """An `error_when` for a tool that reports failure inside a normal result: a boolean
+    `ok` (or `success`) field that some sample call answered false. Without it such calls
+    are journaled as done, and undo tries to compensate what never happened."""
+    for source in sources("result", samples.results, depth=1):
+        flag = source.path[-1]
+        booleans = [v for v in source.values if isinstance(v, bool)]
+        if flag.lower() in _OK_FLAGS and booleans and not all(booleans):
+            return f"{expression('result', flag)} == `false`"
+    return None
+
+
+def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Candidate]:
+    """The candidates, each with the tool's `error_when` when its results report failure."""
+    error_when = in_band_failure(samples)
+    if error_when is None:
+        return candidates
+    return [
+        Candidate(
+            kind=c.kind,
+            entry={"classification": c.entry["classification"], "error_when": error_when}
+            | {k: v for k, v in c.entry.items() if k != "classification"},
+            summary=f"{c.summary} (error_when {error_when})",
+            experiment=c.experiment,
+        )
+        for c in candidates
+    ]

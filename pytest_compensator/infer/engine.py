@@ -1,0 +1,459 @@
+"""The order of work: reads first, then the tools that create (their round trips need no
+pre-state, and they build it for the rest), then the others in passes while new entries give
+their round trips something to work on, then reads found by experiment, and last the check of
+all proven entries together. Nothing unproven is ever returned as an entry."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from compensator.names import META_TOOLS
+from compensator.registry import Registry, load_registry
+from compensator.wire import sdk
+
+from ..harness import Harness, example_environment
+from ..settings import DEFAULT_EXAMPLES, DEFAULT_STEPS, Settings
+from .candidates import (
+    Candidate,
+    ToolInfo,
+    compensable_candidates,
+    looks_creating,
+    looks_read,
+    read_candidate,
+    reporting_failures,
+    reversible_candidates,
+    snapshot_tools,
+)
+from .proof import Attempt, Prover, failing_sequence
+from .writing import InferError, add_to_tools, comment_lines, entry_lines
+
+__all__ = ["Inference", "Outcome", "Report"]
+
+Progress = Callable[[str], None]
+
+SHOWN_CALLS = 12  # calls of a failing sequence shown on the terminal (all are in --json)
+
+
+@dataclass
+class Outcome:
+    """What infer concluded for one tool."""
+
+    tool: str
+    status: str = "unclassified"  # proven, unclassified, kept (has an entry), reset
+    entry: dict[str, Any] | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    reason: str = ""
+    seconds: float = 0.0
+    final: str = ""  # what the final check saw, for the evidence
+
+    @property
+    def best_failure(self) -> Attempt | None:
+        """The failed attempt a person learns most from: one with a counterexample, else
+        the one that verified most."""
+        failed = [a for a in self.attempts if not a.proven]
+        if not failed:
+            return None
+        return max(failed, key=lambda a: (a.outcome == "failed", a.verified, a.examples))
+
+    def evidence(self, seed: int) -> list[str]:
+        proven = next((a for a in self.attempts if a.proven), None)
+        if proven is None:
+            return []
+        done = "calls worked" if proven.candidate.kind == "read" else "undos verified"
+        lines = [
+            f"proven by compensator infer: {proven.examples} examples, {proven.verified} "
+            f"{done}, seed {seed} ({proven.candidate.summary})"
+        ]
+        if self.final:
+            lines.append(f"and again with every entry infer wrote: {self.final}")
+        for attempt in self.attempts:
+            if not attempt.proven:
+                headline = failing_sequence(attempt.failure)[:1] or [attempt.outcome]
+                lines.append(f"rejected: {attempt.candidate.summary}: {headline[0][:120]}")
+        return lines
+
+    def explanation(self) -> list[str]:
+        """Comment lines for a tool left unclassified."""
+        lines = [f"{self.tool}: unclassified ({self.reason}). Undo refuses its calls."]
+        for attempt in self.attempts:
+            lines.append(
+                f"  tried {attempt.candidate.summary}: {attempt.outcome} after "
+                f"{attempt.examples} examples"
+            )
+        best = self.best_failure
+        if best is not None and best.failure:
+            lines.append(f"  best candidate's failure ({best.candidate.summary}):")
+            lines += [f"    {line}" for line in failing_sequence(best.failure)]
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.best_failure
+        return {
+            "status": self.status,
+            "entry": self.entry,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 2),
+            "final_check": self.final,
+            "attempts": [a.to_json() for a in self.attempts],
+            "failing_sequence": failing_sequence(best.failure) if best else [],
+        }
+
+
+@dataclass
+class Report:
+    config: Path
+    seed: int
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    proposed_state: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def entries(self) -> dict[str, dict[str, Any]]:
+        return {t: o.entry for t, o in self.outcomes.items() if o.entry and o.status == "proven"}
+
+    def text(self, original: str, *, today: str) -> str:
+        """The person's registry text with what infer found added."""
+        if self.proposed_state:
+            return _with_state(original, self.proposed_state, path=str(self.config))
+        block: list[str] = []
+        for tool, outcome in sorted(self.outcomes.items()):
+            if outcome.status == "proven" and outcome.entry is not None:
+                block += entry_lines(tool, outcome.entry, outcome.evidence(self.seed))
+        for tool, outcome in sorted(self.outcomes.items()):
+            if outcome.status == "unclassified":
+                block += comment_lines(outcome.explanation())
+            elif outcome.status == "reset":
+                block += comment_lines([f"{tool}: unclassified ({outcome.reason})."])
+        if not block:
+            return original
+        header = comment_lines(
+            [
+                f"-- added by compensator infer on {today} (seed {self.seed}); every entry "
+                "below passed the plugin's checks on the real servers --"
+            ]
+        )
+        return add_to_tools(original, header + block, path=str(self.config))
+
+    def to_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for outcome in self.outcomes.values():
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+        return {
+            "config": str(self.config),
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "counts": counts,
+            "proposed_state": self.proposed_state,
+            "tools": {t: o.to_json() for t, o in sorted(self.outcomes.items())},
+        }
+
+
+class Inference:
+    """Runs infer for one registry file."""
+
+    def __init__(
+        self,
+        config: Path,
+        settings: Settings,
+        *,
+        budget: float,
+        only: set[str] | None = None,
+        progress: Progress = lambda line: None,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.budget = budget
+        self.only = only
+        self.say = progress
+        self.folder = Path(tempfile.mkdtemp(prefix="compensator-infer-"))
+        self.prover = Prover(config, self.folder, settings)
+        self.report = Report(config=config, seed=settings.seed)
+        self.tools: dict[str, ToolInfo] = {}
+        self.reads: dict[str, ToolInfo] = {}  # the reads a snapshot may use
+        # The last check is pytest's at its defaults (fewer, when the proofs ran fewer).
+        self.final_settings = replace(
+            settings,
+            examples=min(settings.examples, DEFAULT_EXAMPLES),
+            steps=min(settings.steps, DEFAULT_STEPS),
+        )
+
+    def run(self) -> Report:
+        began = time.perf_counter()
+        try:
+            registry = load_registry(self.config, example_environment(self.folder))
+            if not registry.state:
+                self._propose_state()
+            else:
+                self._infer(registry)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.report.seconds = time.perf_counter() - began
+        return self.report
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def _offered(self, registry: Registry, harness: Harness) -> None:
+        for name, tool in harness.tools.items():
+            if name in META_TOOLS:
+                continue
+            wire = sdk.tool_to_wire(tool)
+            notes = wire.get("annotations") or {}
+            server = registry.server_for(name)
+            prefix = registry.servers[server].exposed_prefix if server else ""
+            self.tools[name] = ToolInfo(
+                name=name,
+                prefix=f"{prefix}__" if prefix else "",
+                schema=wire.get("inputSchema") or {"type": "object"},
+                read_only=notes.get("readOnlyHint") is True,
+                destructive=notes.get("destructiveHint") is True,
+            )
+
+    def _propose_state(self) -> None:
+        """No `state:`: nothing can be proven. Propose probes for the person to review."""
+        with Harness(self.prover.registry_file({})) as harness:
+            harness.start()
+            registry = harness.registry
+            self._offered(registry, harness)
+        for tool in self.tools.values():
+            if not tool.required and not tool.destructive and (tool.read_only or looks_read(tool)):
+                self.report.proposed_state.append({"tool": tool.name})
+        if not self.report.proposed_state:
+            raise InferError(
+                f"{self.config} has no `state:` section, and no server offers a read tool "
+                "without arguments to propose. Fix: add read calls that show what the tools "
+                "change (docs/registry.md), then run infer again."
+            )
+        shown = ", ".join(p["tool"] for p in self.report.proposed_state)
+        self.say(f"no state: section, so nothing can be proven; proposed probes: {shown}")
+
+    # -- inference ------------------------------------------------------------------------
+
+    def _infer(self, registry: Registry) -> None:
+        with Harness(self.prover.registry_file({})) as harness:
+            harness.offered_tools()
+            self._offered(registry, harness)
+        reset = {call.tool for call in registry.reset}
+        # The probes' tools are called in every check: unless they are reads, the proxy
+        # journals them, and no undo can succeed. They are inferred whatever --tool says.
+        probes = {probe.tool for probe in registry.state}
+        targets: list[str] = []
+        for name, tool in sorted(self.tools.items(), key=lambda item: item[0] not in probes):
+            policy = registry.policy(name)
+            if policy is not None:
+                self.report.outcomes[name] = Outcome(name, status="kept", reason="has an entry")
+                if not policy.classification.behaviour.journaled:
+                    self.reads[name] = tool
+            elif self.only is not None and name not in self.only and name not in probes:
+                continue
+            elif name in reset:
+                self.report.outcomes[name] = Outcome(
+                    name,
+                    status="reset",
+                    reason="the registry's reset: calls it, so it changes state",
+                )
+            else:
+                targets.append(name)
+                self.report.outcomes[name] = Outcome(name)
+        for tool in self.tools.values():
+            if tool.read_only and tool.name not in self.reads:
+                self.reads[tool.name] = tool
+        self.say(
+            f"{len(targets)} tools without an entry; seed {self.settings.seed}, "
+            f"{self.settings.examples} examples per check, {self.budget:g} s per tool"
+        )
+        self._first_reads(targets, probes)
+        self._writers([t for t in targets if self.report.outcomes[t].status != "proven"])
+        self._experiment_reads(targets)
+        self._final_check()
+
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        return self.report.entries
+
+    def _try(self, tool: str, candidates: list[Candidate]) -> bool:
+        """Prove the candidates in order, within the tool's budget; True once one passes.
+        Then the counterexample of the best failed candidate is shrunk, for the person."""
+        entries = {t: e for t, e in self._entries().items() if t != tool}
+        proven = self._candidates(tool, candidates)
+        outcome = self.report.outcomes[tool]
+        best = outcome.best_failure
+        if best is not None and best.outcome == "failed" and not best.shrunk:
+            self.say(f"  {tool}: shrinking the counterexample of {best.candidate.summary}")
+            again = self.prover.prove(entries, tool, best.candidate, shrink=True)
+            outcome.seconds += again.seconds
+            if again.outcome == "failed":
+                outcome.attempts[outcome.attempts.index(best)] = replace(
+                    best, failure=again.failure, seconds=best.seconds + again.seconds, shrunk=True
+                )
+                for line in failing_sequence(again.failure)[1:][-SHOWN_CALLS:]:
+                    self.say(f"      {line}")
+        return proven
+
+    def _candidates(self, tool: str, candidates: list[Candidate]) -> bool:
+        outcome = self.report.outcomes[tool]
+        for index, candidate in enumerate(candidates, 1):
+            if outcome.seconds >= self.budget:
+                outcome.reason = f"its time budget of {self.budget:g} s ran out"
+                return False
+            self.say(f"  {tool}: candidate {index}/{len(candidates)}: {candidate.summary}")
+            attempt = self.prover.prove(self._entries(), tool, candidate)
+            outcome.attempts.append(attempt)
+            outcome.seconds += attempt.seconds
+            self.say(
+                f"    {attempt.outcome}: {attempt.examples} examples, {attempt.verified} "
+                f"{'calls worked' if candidate.kind == 'read' else 'undos verified'}, "
+                f"{attempt.seconds:.1f} s"
+                + (f": {attempt.failure.splitlines()[0][:160]}" if attempt.failure else "")
+            )
+            if attempt.proven:
+                outcome.status, outcome.entry, outcome.reason = "proven", candidate.entry, ""
+                if candidate.kind == "read":
+                    self.reads[tool] = self.tools[tool]
+                return True
+        return False
+
+    def _first_reads(self, targets: list[str], probes: set[str]) -> None:
+        """Reads by annotation or name, the state probes' tools first (every later check
+        calls them)."""
+        for name in targets:
+            tool = self.tools[name]
+            probe = name in probes
+            if (probe or tool.read_only or looks_read(tool)) and not tool.destructive:
+                self._try(name, [read_candidate(tool, experiment=False, probe=probe)])
+        unproven = sorted(
+            p
+            for p in probes
+            if self.report.outcomes.get(p, Outcome(p)).status not in ("proven", "kept")
+        )
+        if unproven:
+            raise InferError(
+                f"the state probes' tools {', '.join(unproven)} are not reads (they changed "
+                "the state, or failed): every check calls them, so nothing can be proven. "
+                "Fix: probe with read tools only."
+            )
+
+    def _writers(self, pending: list[str]) -> None:
+        """Creators first; tools whose calls could not be exercised (no pre-state to work on
+        yet) are tried again after a pass that proved something."""
+        pending.sort(key=lambda name: (not looks_creating(self.tools[name]), name))
+        while pending:
+            proven_before = len(self._entries())
+            again = []
+            for name in pending:
+                if not self._writer(name):
+                    again.append(name)
+            if len(self._entries()) == proven_before:
+                return
+            pending = again
+
+    def _writer(self, name: str) -> bool:
+        """Sample the tool, then try its candidates; False when it may do better in a later
+        pass (nothing it tried had calls that worked)."""
+        tool, outcome = self.tools[name], self.report.outcomes[name]
+        if outcome.seconds >= self.budget:
+            return True
+        began = time.perf_counter()
+        self.say(f"{name}: sampling calls")
+        snapshots = snapshot_tools(tool, self.reads.values())
+        samples = self.prover.sample(self._entries(), name, snapshots)
+        outcome.seconds += time.perf_counter() - began
+        candidates = reversible_candidates(tool, self.tools, samples)
+        candidates += compensable_candidates(tool, self.tools, self.reads.values(), samples)
+        candidates = reporting_failures(candidates, samples)
+        tried = {a.candidate.summary for a in outcome.attempts}
+        candidates = [c for c in candidates if c.summary not in tried]
+        if not samples.results:
+            outcome.reason = (
+                f"all {samples.calls} sample calls failed, so nothing showed what its results "
+                "look like"
+            )
+            return False
+        if not candidates and not outcome.attempts:
+            outcome.reason = (
+                "nothing to try: no tool of its server is named as its opposite with "
+                "arguments to fill, and no read tool takes its arguments for a snapshot"
+            )
+            return True
+        if self._try(name, candidates):
+            return True
+        if not outcome.reason:
+            outcome.reason = "no candidate survived its round trips"
+        return any(a.outcome == "failed" for a in outcome.attempts)
+
+    def _experiment_reads(self, targets: list[str]) -> None:
+        """Tools still unclassified that neither say nor look like they only read: maybe
+        they do, if their calls never change the state from varied pre-states."""
+        for name in targets:
+            tool, outcome = self.tools[name], self.report.outcomes[name]
+            if outcome.status == "proven" or tool.destructive:
+                continue
+            if tool.read_only or looks_read(tool) or looks_creating(tool):
+                continue  # tried first already, or named for what it makes
+            reason = outcome.reason
+            if not self._try(name, [read_candidate(tool, experiment=True)]):
+                outcome.reason = reason or "no candidate survived"
+
+    def _final_check(self) -> None:
+        """What pytest --compensator-config runs, on all proven entries together; an entry
+        that fails it is taken out (and the check runs again without it)."""
+        while self._entries():
+            self.say("checking every proven entry together, as pytest --compensator-config does")
+            failed, coverage = self.prover.check_all(
+                self._entries(), lambda tool: self.say(f"  {tool}"), self.final_settings
+            )
+            if not failed:
+                for tool, outcome in self.report.outcomes.items():
+                    if outcome.status == "proven":
+                        stats = coverage.stats(tool)
+                        outcome.final = (
+                            f"{stats.calls} calls"
+                            if outcome.entry and outcome.entry["classification"] == "read"
+                            else f"{stats.undone} undos, {stats.verified} verified"
+                        )
+                return
+            for tool, message in failed.items():
+                outcome = self.report.outcomes[tool]
+                self.say(f"  {tool} failed with the other entries: taken out")
+                proven = next(a for a in outcome.attempts if a.proven)
+                outcome.attempts[outcome.attempts.index(proven)] = Attempt(
+                    candidate=proven.candidate,
+                    outcome="failed",
+                    examples=proven.examples,
+                    verified=proven.verified,
+                    calls=proven.calls,
+                    seconds=proven.seconds,
+                    failure=message,
+                )
+                outcome.status, outcome.entry = "unclassified", None
+                outcome.reason = "its entry passed alone but failed next to the others"
+
+
+def check_output_folder(config: Path, out: Path) -> None:
+    if config.parent.resolve() != out.parent.resolve():
+        raise InferError(
+            f"--out {out}: write it in the folder of {config} ({config.parent}): relative "
+            "paths in a registry (a server's command, args, cwd) are taken from its folder"
+        )
+
+
+def _with_state(original: str, probes: list[dict[str, Any]], *, path: str) -> str:
+    if re.search(r"^state:", original, re.MULTILINE):
+        raise InferError(
+            f"{path}: `state:` is empty. Fix: list the read calls that show what the tools "
+            "change (docs/registry.md), then run infer again."
+        )
+    lines = [
+        "",
+        "# Proposed by compensator infer: read tools that take no arguments. Check that",
+        "# together they show everything the other tools change (add `args:`, `select:` or",
+        "# `unordered: true` where needed), then run infer again: it proves nothing without.",
+        "state:",
+        *(f"  - tool: {probe['tool']}" for probe in probes),
+    ]
+    return original.rstrip("\n") + "\n" + "\n".join(lines) + "\n"

@@ -1,0 +1,305 @@
+"""Trying candidates on the real servers with the plugin's own machinery: sample calls, round
+trips, read checks, and the final check of everything proven, together, as pytest would."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+import yaml
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import strategies as st
+
+from ..checks import (
+    Plan,
+    Recorder,
+    _replayable,
+    build_pre_state,
+    hypothesis_settings,
+    required_verified,
+    run_roundtrip,
+    run_state_machine,
+)
+from ..harness import Harness
+from ..report import Coverage, NeverVerified
+from ..settings import Settings
+from .candidates import Candidate, Samples, ToolInfo
+
+__all__ = ["Attempt", "Prover", "failing_sequence"]
+
+SAMPLE_EXAMPLES = 20
+"""Fresh pre-states on which sample calls of a tool show what its results look like."""
+READ_CALLS = 3
+"""Calls of a read candidate per example, each checked to leave the state as it was."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """What one candidate did on the real servers."""
+
+    candidate: Candidate
+    outcome: str  # proven, failed (a counterexample), never verified, error
+    examples: int
+    verified: int  # undos that restored the state; for a read, its calls that worked
+    calls: int
+    seconds: float
+    failure: str = ""  # the plugin's message, for a person
+    shrunk: bool = False  # the failure was shrunk to the shortest sequence found
+
+    @property
+    def proven(self) -> bool:
+        return self.outcome == "proven"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate.summary,
+            "kind": self.candidate.kind,
+            "outcome": self.outcome,
+            "examples": self.examples,
+            "verified": self.verified,
+            "calls": self.calls,
+            "seconds": round(self.seconds, 2),
+            "failing_sequence": failing_sequence(self.failure),
+            "shrunk": self.shrunk,
+            "failure": self.failure,
+        }
+
+
+def failing_sequence(message: str) -> list[str]:
+    """The headline and the calls of a plugin failure message (the shrunk sequence)."""
+    lines = message.splitlines()
+    if not lines:
+        return []
+    calls: list[str] = []
+    inside = False
+    for line in lines:
+        if line.startswith("Calls ("):
+            inside = True
+        elif inside and line.startswith("  "):
+            calls.append(line.strip())
+        elif inside:
+            break
+    return [lines[0], *calls] if calls else [lines[0]]
+
+
+class Prover:
+    """Writes candidate registries (the person's file, included, plus the entries under
+    test) and runs the plugin's checks on them with one seed and one set of settings."""
+
+    def __init__(self, config: Path, folder: Path, settings: Settings) -> None:
+        self.config = config
+        self.folder = folder
+        self.settings = settings
+        self._count = itertools.count(1)
+        self.extra = _kept_sections(config)
+
+    def registry_file(self, entries: Mapping[str, Mapping[str, Any]]) -> Path:
+        """A registry that includes the person's and adds `entries`."""
+        path = self.folder / f"candidate-{next(self._count)}.yaml"
+        document = {"include": str(self.config), **self.extra, "tools": dict(entries)}
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return path
+
+    def _settings(self, path: Path) -> Settings:
+        return replace(self.settings, config=path)
+
+    def sample(
+        self,
+        entries: Mapping[str, Mapping[str, Any]],
+        tool: str,
+        snapshots: list[tuple[ToolInfo, dict[str, str]]],
+    ) -> Samples:
+        """Call `tool` (unregistered, so journaled as unknown) on fresh pre-states built
+        from `entries`, reading each possible snapshot just before: what its calls take and
+        give back, for filling the arguments of candidates."""
+        samples = Samples()
+        with Harness(self.registry_file(entries)) as harness:
+            harness.offered_tools()
+            plan = Plan.of(harness, also=[tool])
+
+            @hypothesis.seed(self.settings.seed)
+            @hypothesis.settings(
+                max_examples=SAMPLE_EXAMPLES,
+                database=None,
+                deadline=None,
+                phases=[Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(data=st.data())
+            def sample(data: st.DataObject) -> None:
+                with harness.example() as driver:
+                    recorder = Recorder(driver, Coverage(), harness.registry, plan)
+                    try:
+                        build_pre_state(data, recorder)
+                    except AssertionError:
+                        return  # a registered read broke its promise: the checks will say so
+                    args = recorder.draw_args(data, tool)
+                    before = {}
+                    for read, filling in snapshots:
+                        reply = driver.call(read.name, {r: args.get(o) for r, o in filling.items()})
+                        if not reply.is_error:
+                            before[read.name] = reply.value
+                    reply = driver.call(tool, args)
+                    samples.calls += 1
+                    if reply.is_error:
+                        samples.failed += 1
+                        return
+                    samples.args.append(args)
+                    samples.results.append(reply.value)
+                    for name, value in before.items():
+                        samples.snapshots.setdefault(name, []).append(value)
+
+            sample()
+        return samples
+
+    def prove(
+        self,
+        entries: Mapping[str, Mapping[str, Any]],
+        tool: str,
+        candidate: Candidate,
+        *,
+        shrink: bool = False,
+    ) -> Attempt:
+        """Run the candidate's round trip (a read's check) with the entries proven so far.
+        Without `shrink`, the first counterexample ends it: shrinking one replays it hundreds
+        of times, worth it only for the failure a person will read."""
+        path = self.registry_file({**entries, tool: candidate.entry})
+        coverage = Coverage()
+        began = time.perf_counter()
+        outcome, failure = "proven", ""
+        try:
+            with _shrinking(shrink), Harness(path) as harness:
+                harness.offered_tools()
+                settings = self._settings(path)
+                if candidate.kind == "read":
+                    need = _required(settings) if candidate.experiment else 0
+                    check_read(harness, tool, coverage, settings, need=need)
+                else:
+                    run_roundtrip(harness, tool, coverage, settings)
+        except NeverVerified as exc:
+            outcome, failure = "never verified", str(exc)
+        except AssertionError as exc:
+            outcome, failure = "failed", str(exc)
+        except Exception as exc:  # a server that died, a template the proxy refused...
+            outcome, failure = "error", f"{type(exc).__name__}: {exc}"
+        stats = coverage.stats(tool)
+        kept = stats.calls - stats.errors if candidate.kind == "read" else stats.verified
+        return Attempt(
+            candidate=candidate,
+            outcome=outcome,
+            examples=coverage.examples,
+            verified=kept,
+            calls=stats.calls,
+            seconds=time.perf_counter() - began,
+            failure=failure,
+        )
+
+    def check_all(
+        self,
+        entries: Mapping[str, Mapping[str, Any]],
+        on_tool: Callable[[str], None],
+        settings: Settings,
+    ) -> tuple[dict[str, str], Coverage]:
+        """Everything pytest --compensator-config would run on the registry with `entries`
+        (with `settings`): each undoable tool's round trip, each read's check, then the state
+        machine. Returns the tools that failed, with the message, and the coverage."""
+        path = self.registry_file(entries)
+        settings = replace(settings, config=path)
+        coverage = Coverage()
+        failed: dict[str, str] = {}
+        with Harness(path) as harness:
+            harness.offered_tools()
+            for tool, entry in entries.items():
+                on_tool(tool)
+                try:
+                    if entry["classification"] == "read":
+                        check_read(harness, tool, coverage, settings, need=0)
+                    else:
+                        run_roundtrip(harness, tool, coverage, settings)
+                except Exception as exc:
+                    failed[tool] = str(exc)
+            if failed or not any(e["classification"] != "read" for e in entries.values()):
+                return failed, coverage
+            on_tool("the state machine")
+            try:
+                run_state_machine(harness, coverage, settings)
+            except Exception as exc:
+                blamed = [t for t in getattr(exc, "tools", ()) if t in entries]
+                for tool in blamed or [t for t, e in entries.items() if _undoable(e)]:
+                    failed[tool] = f"the state machine over all entries failed:\n{exc}"
+        return failed, coverage
+
+
+@contextlib.contextmanager
+def _shrinking(shrink: bool) -> Iterator[None]:
+    """Hypothesis' current profile, without its shrink phase unless `shrink`."""
+    current = hypothesis.settings.default
+    assert current is not None
+    if shrink or Phase.shrink not in current.phases:
+        yield
+        return
+    hypothesis.settings.register_profile(
+        _NO_SHRINK, parent=current, phases=[p for p in current.phases if p != Phase.shrink]
+    )
+    hypothesis.settings.load_profile(_NO_SHRINK)
+    try:
+        yield
+    finally:
+        hypothesis.settings.register_profile(_BEFORE, parent=current)
+        hypothesis.settings.load_profile(_BEFORE)
+
+
+_NO_SHRINK = "compensator-infer-no-shrink"
+_BEFORE = "compensator-infer-before"
+
+
+def _undoable(entry: Mapping[str, Any]) -> bool:
+    return entry["classification"] != "read"
+
+
+def _required(settings: Settings) -> int:
+    return required_verified(settings)
+
+
+def _kept_sections(config: Path) -> dict[str, Any]:
+    """The person's `defaults:`, which an `include:` does not carry over."""
+    raw = yaml.safe_load(config.read_text()) or {}
+    return {"defaults": raw["defaults"]} if isinstance(raw, dict) and raw.get("defaults") else {}
+
+
+def check_read(
+    harness: Harness, tool: str, coverage: Coverage, settings: Settings, *, need: int
+) -> None:
+    """Fresh pre-states, then a few calls of `tool`, each of which must leave the observed
+    state as it was (the Recorder raises PromiseBroken, with the calls, when one does not).
+    `need`: calls that must have worked, for a read known by experiment only."""
+    plan = Plan.of(harness, also=[tool])
+
+    def run() -> None:
+        @hypothesis.seed(settings.seed)
+        @hypothesis_settings(settings)
+        @given(data=st.data())
+        def reads(data: st.DataObject) -> None:
+            coverage.examples += 1
+            with harness.example() as driver:
+                recorder = Recorder(driver, coverage, harness.registry, plan)
+                build_pre_state(data, recorder)
+                for _ in range(READ_CALLS):
+                    recorder.call(tool, recorder.draw_args(data, tool))
+
+        reads()
+
+    _replayable(harness, run)
+    stats = coverage.stats(tool)
+    worked = stats.calls - stats.errors
+    if worked < need:
+        raise NeverVerified(
+            f"{tool}: {worked} of its {stats.calls} calls worked, at least {need} required "
+            "before calls that change nothing count as evidence that it only reads"
+        )

@@ -1,0 +1,205 @@
+"""What `compensator infer` proposes, from names, schemas and sample results (pure logic; the
+proofs on real servers are in test_infer.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_compensator.infer import InferError, add_to_tools
+from pytest_compensator.infer.candidates import (
+    Samples,
+    ToolInfo,
+    compensable_candidates,
+    opposite_tools,
+    reporting_failures,
+    reversible_candidates,
+    snapshot_tools,
+    words,
+)
+
+
+def tool(name: str, required: dict[str, Any] | None = None, **optional: Any) -> ToolInfo:
+    required = required or {}
+    properties = {**{k: {"type": v} for k, v in required.items()}}
+    properties |= {k: {"type": v} for k, v in optional.items()}
+    schema = {"type": "object", "properties": properties, "required": list(required)}
+    return ToolInfo(name=f"s__{name}", prefix="s__", schema=schema)
+
+
+def offered(*tools: ToolInfo) -> dict[str, ToolInfo]:
+    return {t.name: t for t in tools}
+
+
+def test_words_split_snake_camel_and_kebab_names():
+    assert words("add_task") == words("addTask") == words("add-task") == ["add", "task"]
+    assert words("getHTTPStatus") == ["get", "http", "status"]
+
+
+def test_opposites_keep_the_object_and_swap_the_verb():
+    add, delete, remove = tool("add_label"), tool("delete_label"), tool("remove_label")
+    other = tool("remove_task")
+    assert opposite_tools(add, offered(add, delete, remove, other)) == [remove, delete]
+    complete, uncomplete = tool("complete_task"), tool("uncompleteTask")
+    assert opposite_tools(complete, offered(complete, uncomplete)) == [uncomplete]
+    assert opposite_tools(uncomplete, offered(complete, uncomplete)) == [complete]
+    move = tool("move_file")
+    assert opposite_tools(move, offered(move)) == [move]
+    elsewhere = ToolInfo(name="t__remove_label", prefix="t__", schema={})
+    assert opposite_tools(add, offered(add, elsewhere)) == []
+
+
+def test_an_inverse_takes_the_id_the_result_gave_and_a_when_per_result_flag():
+    add = tool("add_task", {"title": "string"})
+    delete = tool("delete_task", {"id": "integer"})
+    samples = Samples(args=[{"title": "a"}], results=[{"id": 4, "title": "a", "created": True}])
+    found = reversible_candidates(add, offered(add, delete), samples)
+    assert [c.entry for c in found] == [
+        {
+            "classification": "reversible",
+            "inverse": [
+                {"tool": "s__delete_task", "args": {"id": "{result.id}"}, "when": "result.created"}
+            ],
+        },
+        {
+            "classification": "reversible",
+            "inverse_tool": "s__delete_task",
+            "inverse_args": {"id": "{result.id}"},
+        },
+    ]
+
+
+def test_a_move_is_undone_by_the_move_back():
+    move = tool("move_file", {"source": "string", "destination": "string"})
+    samples = Samples(args=[{"source": "a", "destination": "b"}], results=["Moved a to b"])
+    (found,) = reversible_candidates(move, offered(move), samples)
+    assert found.entry["inverse_args"] == {
+        "source": "{args.destination}",
+        "destination": "{args.source}",
+    }
+
+
+def test_no_candidate_when_a_required_argument_has_no_source():
+    delete = tool("delete_task", {"id": "integer"})
+    restore = tool("restore_task", {"id": "integer", "title": "string"})
+    samples = Samples(args=[{"id": 1}], results=[{"deleted": [1]}])
+    assert reversible_candidates(delete, offered(delete, restore), samples) == []
+
+
+def test_types_must_fit_and_optional_fields_only_from_fields_every_sample_had():
+    add = tool("add_thing", {"name": "string"})
+    remove = tool("remove_thing", {"id": "integer"}, force="boolean")
+    samples = Samples(
+        args=[{"name": "a", "force": True}, {"name": "b"}], results=[{"id": "x"}, {"id": "y"}]
+    )
+    # `id` in the results is a string: it does not fit the integer argument.
+    assert reversible_candidates(add, offered(add, remove), samples) == []
+    samples.results = [{"id": 1}, {"id": 2}]
+    (found,) = reversible_candidates(add, offered(add, remove), samples)
+    assert found.entry["inverse_args"] == {"id": "{result.id}"}  # no force: one call lacked it
+
+
+def test_snapshot_then_a_write_of_what_it_showed():
+    complete = tool("complete_task", {"id": "integer"})
+    get = tool("get_task", {"id": "integer"})
+    listing = tool("list_tasks")
+    set_status = tool("set_status", {"id": "integer", "status": "string"})
+    assert snapshot_tools(complete, [get, listing]) == [(get, {"id": "id"})]
+    samples = Samples(
+        args=[{"id": 1}],
+        results=[{"id": 1, "status": "done"}],
+        snapshots={"s__get_task": [{"id": 1, "title": "a", "status": "open"}]},
+    )
+    found = compensable_candidates(
+        complete, offered(complete, get, set_status), [get, listing], samples
+    )
+    # complete_task itself is not tried: it would take nothing but the id from the snapshot.
+    assert [c.entry for c in found] == [
+        {
+            "classification": "compensable",
+            "snapshot_tool": "s__get_task",
+            "snapshot_args": {"id": "{args.id}"},
+            "inverse_tool": "s__set_status",
+            "inverse_args": {"id": "{snapshot.id}", "status": "{snapshot.status}"},
+        }
+    ]
+
+
+def test_a_cascade_is_put_back_in_two_steps():
+    delete = tool("delete_task", {"id": "integer"})
+    tree = tool("get_task_tree", {"id": "integer"})
+    restore = tool("restore_task", {"id": "integer", "title": "string"}, parent_id="integer")
+    restore_many = ToolInfo(
+        name="s__restore_tasks",
+        prefix="s__",
+        schema={
+            "type": "object",
+            "properties": {"tasks": {"type": "array", "items": {"type": "object"}}},
+            "required": ["tasks"],
+        },
+    )
+    task = {"id": 1, "title": "a", "parent_id": None}
+    samples = Samples(
+        args=[{"id": 1}],
+        results=[{"deleted": [1, 2]}],
+        snapshots={
+            "s__get_task_tree": [
+                {"task": task, "children": [{"id": 2, "title": "b", "parent_id": 1}]}
+            ]
+        },
+    )
+    found = compensable_candidates(
+        delete, offered(delete, tree, restore, restore_many), [tree], samples
+    )
+    # Single steps first (the task alone, the subtasks alone), then both.
+    assert [c.entry.get("inverse_tool") for c in found[:2]] == [
+        "s__restore_task",
+        "s__restore_tasks",
+    ]
+    assert [c.entry.get("inverse") for c in found[2:]] == [
+        [
+            {
+                "tool": "s__restore_task",
+                "args": {
+                    "id": "{snapshot.task.id}",
+                    "title": "{snapshot.task.title}",
+                    "parent_id": "{snapshot.task.parent_id}",
+                },
+            },
+            {
+                "tool": "s__restore_tasks",
+                "args": {"tasks": "{snapshot.children}"},
+                "when": "length(snapshot.children) > `0`",
+            },
+        ]
+    ]
+
+
+def test_entries_go_to_the_end_of_the_tools_section_and_nothing_else_moves():
+    text = "servers: {}\ntools:\n  a: {classification: read}\n\nstate:\n  - tool: a\n"
+    added = add_to_tools(text, ["  b: {classification: read}"], path="r.yaml")
+    assert added == (
+        "servers: {}\ntools:\n  a: {classification: read}\n\n  b: {classification: read}\n"
+        "\nstate:\n  - tool: a\n"
+    )
+    assert add_to_tools("servers: {}\n", ["  b: x"], path="r.yaml").endswith("\ntools:\n  b: x\n")
+    assert add_to_tools("tools: {}\n", ["  b: x"], path="r.yaml") == "tools:\n  b: x\n"
+    with pytest.raises(InferError, match=r"r\.yaml: `tools:` is written in flow style"):
+        add_to_tools("tools: {a: {classification: read}}\n", ["  b: x"], path="r.yaml")
+
+
+def test_a_tool_that_reports_failure_in_band_gets_an_error_when():
+    set_status = tool("set_status", {"id": "integer", "status": "string"})
+    get = tool("get_task", {"id": "integer"})
+    samples = Samples(
+        args=[{"id": 1, "status": "done"}, {"id": 1, "status": "x"}],
+        results=[{"ok": True, "task": {"id": 1}}, {"ok": False, "error": "bad status"}],
+        snapshots={"s__get_task": [{"id": 1, "status": "open"}] * 2},
+    )
+    found = compensable_candidates(set_status, offered(set_status, get), [get], samples)
+    (first, *_) = reporting_failures(found, samples)
+    assert first.entry["error_when"] == "result.ok == `false`"
+    assert first.entry["inverse_tool"] == "s__set_status"
+    samples.results = [{"ok": True}, {"ok": True}]  # never false: nothing to tell apart
+    assert reporting_failures(found, samples) == found
