@@ -31,6 +31,7 @@ examples:
   compensator serve --config compensators.yaml --http 0.0.0.0:8765 --token-env MY_TOKEN
   compensator check --config compensators.yaml
   compensator check --config compensators.yaml --json
+  compensator infer --config compensators.yaml
   compensator log --config compensators.yaml
   compensator undo --config compensators.yaml --to 3 --dry-run
   compensator explain --config compensators.yaml tasks__delete_task
@@ -132,6 +133,16 @@ _COMMANDS = (
         "the registry names that no server offers, arguments that do not fit a tool's "
         "inputSchema, unregistered tools that may mutate, `read` tools annotated destructive, "
         "and names over 64 characters. Exits 1 when any finding is an error.",
+    ),
+    _Command(
+        name="infer",
+        help="find undo policies by experiment and add those the plugin's checks prove",
+        description="For every tool a registry has no entry for, propose policies (read, an "
+        "opposite tool as inverse, a snapshot read plus a write that puts it back), run the "
+        "pytest plugin's round trips for each on the real servers, and add the first that "
+        "passes to the registry with its evidence. Tools nothing passes for stay unclassified, "
+        "written as comments with what was tried and the failing calls. Needs the `pytest` "
+        "extra.",
     ),
     _Command(
         name="log",

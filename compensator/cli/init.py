@@ -26,7 +26,8 @@ from ..clients import (
 from ..clients.proposal import variables
 from ..errors import CompensatorError
 from ..limits import STARTUP_TIMEOUT
-from ..registry import ServerSpec, parse_registry, registry_environment
+from ..names import exposed_name
+from ..registry import ServerSpec, load_registry, parse_registry, registry_environment
 from ..wire import DownstreamPool, sdk
 from .common import add_client_arguments, client_sources, plural
 from .terminal import add_startup_timeout, log_to_stderr
@@ -38,6 +39,7 @@ examples:
   compensator init                                  # this project's and this user's clients
   compensator init --from ~/.cursor/mcp.json -o cursor.yaml
   compensator init --force                          # replace compensators.yaml
+  compensator init --infer                          # then prove policies for the rest
 
 Then run `compensator check --config compensators.yaml` and `pytest --compensator-config
 compensators.yaml`, and `compensator wire --config compensators.yaml` to point the clients at
@@ -57,6 +59,12 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--force", action="store_true", help="replace REGISTRY when it exists already"
+    )
+    parser.add_argument(
+        "--infer",
+        action="store_true",
+        help="then run `compensator infer` on the tools of servers with no shipped registry "
+        "(needs the pytest extra; docs/infer.md)",
     )
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start and list its tools")
 
@@ -85,6 +93,39 @@ def run_init(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     print(_summary(proposal, collected, output, sources))
+    if args.infer:
+        return _infer(proposal, output)
+    return 0
+
+
+def _infer(proposal: Proposal, output: Path) -> int:
+    """`compensator infer` on the unknown tools of the servers init had no policies for."""
+    from .infer import infer_registry
+
+    try:
+        registry = load_registry(output, registry_environment())
+        only = {
+            exposed_name(registry.servers[r.name].exposed_prefix, tool)
+            for r in proposal.reports
+            if r.shipped is None and r.failure is None and r.name in registry.servers
+            for tool in r.unknown
+        }
+        if not only:
+            print("\ninfer: every server has shipped policies or no unknown tool; nothing to do")
+            return 0
+        report = infer_registry(output, only=only)
+    except CompensatorError as exc:
+        print(f"compensator init --infer: {exc}", file=sys.stderr)
+        return 1
+    if report.proposed_state:
+        print(
+            f"\ninfer: {output} has no `state:` section, so nothing could be proven yet. It "
+            "now proposes one: review it, then run\n"
+            f"  compensator infer --config {_shell(output)}"
+        )
+        return 0
+    proven = sum(o.status == "proven" for o in report.outcomes.values())
+    print(f"\ninfer: {proven} of {len(only)} unknown tools proven and written to {output}")
     return 0
 
 

@@ -1,0 +1,201 @@
+"""`compensator infer`: propose an undo policy for every tool a registry has no entry for,
+prove each on the real servers with the pytest plugin's round trips, and write only those
+that passed. The work is done by `pytest_compensator.infer` (the `pytest` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..clients import replace_atomically
+from ..errors import CompensatorError
+from .common import plural
+from .terminal import log_to_stderr
+
+__all__ = ["INFER_EPILOG", "add_infer_arguments", "infer_registry", "run_infer"]
+
+DEFAULT_BUDGET = 300.0
+DEFAULT_EXAMPLES = 100
+"""Examples per proof: four times the plugin's default, because a candidate that slips
+through is written as proven (the final check of all entries together runs at pytest's)."""
+
+INFER_EPILOG = """\
+examples:
+  compensator infer --config compensators.yaml          # adds what it proves to the file
+  compensator infer --config compensators.yaml --out proven.yaml --json
+  compensator infer --config compensators.yaml --tool tasks__complete_task --budget 60
+
+Infer starts the registry's servers many times on fresh state (as the pytest plugin does),
+so point it only at servers whose state may be created and thrown away: the plugin's
+COMPENSATOR_WORKDIR, a test database. Entries the file has are kept as they are; the
+proven ones are added under `tools:` with their evidence, and the tools left unclassified
+as comments saying what was tried. docs/infer.md has the details.
+"""
+
+
+def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
+    from pytest_compensator.settings import DEFAULT_MIN_VERIFIED, DEFAULT_STEPS
+
+    parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="REGISTRY",
+        help="write the result here (in the folder of --config) instead of into --config",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    parser.add_argument(
+        "--tool",
+        action="append",
+        metavar="NAME",
+        help="infer only this tool (repeat for more); the others stay as they are",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET,
+        metavar="SECONDS",
+        help="time one tool may take over all its candidates (a check under way finishes; "
+        f"default {DEFAULT_BUDGET:g})",
+    )
+    parser.add_argument(
+        "--seed", type=int, help="seed for every check (default random, shown in the output)"
+    )
+    parser.add_argument(
+        "--examples",
+        type=int,
+        default=DEFAULT_EXAMPLES,
+        help=f"Hypothesis examples per candidate's check (default {DEFAULT_EXAMPLES}; the last "
+        "check, of all entries together, runs at most pytest's default 25)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help=f"steps per state-machine example, as --compensator-steps (default {DEFAULT_STEPS})",
+    )
+    parser.add_argument(
+        "--min-verified",
+        type=int,
+        default=DEFAULT_MIN_VERIFIED,
+        help="undos a round trip must see restore the state, as --compensator-min-verified "
+        f"(default {DEFAULT_MIN_VERIFIED})",
+    )
+
+
+def run_infer(args: argparse.Namespace) -> int:
+    """Exit 0 once the result is written (tools left unclassified included), 1 when nothing
+    could be inferred (a bad registry, no `state:`: then the proposed probes are written)."""
+    log_to_stderr()
+    try:
+        report = infer_registry(
+            args.config,
+            out=args.out,
+            only=set(args.tool) if args.tool else None,
+            budget=args.budget,
+            seed=args.seed,
+            examples=args.examples,
+            steps=args.steps,
+            min_verified=args.min_verified,
+        )
+    except CompensatorError as exc:
+        print(f"compensator infer: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("compensator infer: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(_summary(report))
+    return 1 if report.proposed_state else 0
+
+
+def infer_registry(
+    config: Path,
+    *,
+    out: Path | None = None,
+    only: set[str] | None = None,
+    budget: float = DEFAULT_BUDGET,
+    seed: int | None = None,
+    examples: int | None = None,
+    steps: int | None = None,
+    min_verified: int | None = None,
+) -> Any:
+    """Run infer on `config` and write the result to `out` (default: `config` itself)."""
+    try:
+        from pytest_compensator.infer import Inference, check_output_folder
+        from pytest_compensator.settings import (
+            DEFAULT_MIN_VERIFIED,
+            DEFAULT_STEPS,
+            Settings,
+        )
+    except ImportError as exc:
+        raise CompensatorError(
+            f"infer runs the pytest plugin's checks, which need the `pytest` extra ({exc}). "
+            "Fix: pip install 'mcp-compensator[pytest]'"
+        ) from None
+    config = config.absolute()
+    if not config.is_file():
+        raise CompensatorError(f"--config {config}: no such file")
+    target = (out or config).absolute()
+    check_output_folder(config, target)
+    settings = Settings(
+        config=config,
+        examples=_at_least(examples if examples is not None else DEFAULT_EXAMPLES, 1, "examples"),
+        steps=_at_least(steps if steps is not None else DEFAULT_STEPS, 1, "steps"),
+        seed=seed if seed is not None else random.randrange(2**32),
+        seed_source="compensator infer",
+        min_verified=_at_least(
+            min_verified if min_verified is not None else DEFAULT_MIN_VERIFIED, 0, "min-verified"
+        ),
+        report=None,
+    )
+    original = config.read_text()
+    report = Inference(config, settings, budget=budget, only=only, progress=_say).run()
+    text = report.text(original, today=datetime.date.today().isoformat())
+    replace_atomically(target, text.encode("utf-8"))
+    _say(f"wrote {target}")
+    return report
+
+
+def _at_least(value: int, minimum: int, name: str) -> int:
+    if value < minimum:
+        raise CompensatorError(f"--{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _say(line: str) -> None:
+    print(f"infer: {line}", file=sys.stderr, flush=True)
+
+
+def _summary(report: Any) -> str:
+    counts: dict[str, list[str]] = {}
+    for tool, outcome in sorted(report.outcomes.items()):
+        counts.setdefault(outcome.status, []).append(tool)
+    lines = [f"compensator infer: {report.config} in {report.seconds:.0f} s, seed {report.seed}"]
+    if report.proposed_state:
+        lines.append(
+            "no `state:` section: proposed probes were added to the file; review them and run "
+            "infer again"
+        )
+        return "\n".join(lines)
+    for status, label in (
+        ("proven", "proven and written"),
+        ("unclassified", "left unclassified (see the comments in the file)"),
+        ("reset", "called by reset: (left unclassified)"),
+        ("kept", "kept as the file had them"),
+    ):
+        tools = counts.get(status, [])
+        if tools:
+            lines.append(f"{plural(len(tools), 'tool')} {label}:")
+            for tool in tools:
+                outcome = report.outcomes[tool]
+                what = outcome.entry["classification"] if outcome.entry else outcome.reason
+                lines.append(f"  {tool}  {what}" if status != "kept" else f"  {tool}")
+    return "\n".join(lines)

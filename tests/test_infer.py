@@ -1,0 +1,165 @@
+"""`compensator infer`, run as a person runs it, on the example task server: what it proves
+is written with its evidence and passes the plugin; what fails is rejected with the calls
+that show why; nothing unproven is ever written as an entry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from compensator.registry import load_registry
+from pytest_compensator.harness import example_environment
+
+from .conftest import EXAMPLES
+
+SEED = "7"
+
+# The example registry with its `tools:` taken out: servers, state probes and reset only.
+SERVERS_STATE_RESET = f"""\
+servers:
+  tasks:
+    command: "${{COMPENSATOR_PYTHON}}"
+    args: ["{EXAMPLES / "tasks_server.py"}", "--db", "${{COMPENSATOR_WORKDIR}}/tasks.db"]
+
+state:
+  - tool: tasks__list_tasks
+    select: tasks
+    unordered: true
+  - tool: tasks__list_labels
+    select: labels
+
+reset:
+  - tool: tasks__reset
+"""
+
+
+def infer(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "compensator", "infer", "--config", str(config), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+
+
+def summary(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert run.returncode == 0, run.stderr[-3000:]
+    data: dict[str, Any] = json.loads(run.stdout)
+    return data
+
+
+def written_entries(path: Path) -> dict[str, Any]:
+    tools: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}).get("tools") or {}
+    return tools
+
+
+def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_passes_pytest(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    config = tmp_path / "tasks.yaml"
+    config.write_text(SERVERS_STATE_RESET)
+    run = infer(
+        config,
+        "--tool", "tasks__add_task",
+        "--tool", "tasks__complete_task",
+        "--seed", SEED,
+        "--json",
+    )  # fmt: skip
+    data = summary(run)
+    complete = data["tools"]["tasks__complete_task"]
+    # uncomplete_task looks like complete_task's inverse by name, but reopens a task that was
+    # done before the call: rejected, with the calls that show it.
+    tempting, kept = complete["attempts"][0], complete["attempts"][-1]
+    assert tempting["candidate"] == "reversible: tasks__uncomplete_task(id={args.id})"
+    assert tempting["outcome"] == "failed" and tempting["shrunk"]
+    sequence = tempting["failing_sequence"]
+    assert "did not restore the state at the checkpoint" in sequence[0]
+    checkpoint = next(i for i, line in enumerate(sequence) if line.startswith("checkpoint()"))
+    assert any(line.startswith("tasks__complete_task(") for line in sequence[checkpoint:])
+    assert sequence[-1].startswith("undo_to(")
+    assert "State diff" in tempting["failure"] and '"done"' in tempting["failure"]
+    assert kept["outcome"] == "proven" and kept["verified"] >= 5
+    assert complete["status"] == "proven"
+    assert complete["entry"] == {
+        "classification": "compensable",
+        "snapshot_tool": "tasks__get_task",
+        "snapshot_args": {"id": "{args.id}"},
+        "inverse_tool": "tasks__set_status",
+        "inverse_args": {"id": "{snapshot.id}", "status": "{snapshot.status}"},
+    }
+    # The probes' tools are proven reads too, whatever --tool says: every check calls them.
+    assert data["tools"]["tasks__list_tasks"]["entry"] == {"classification": "read"}
+    assert data["tools"]["tasks__add_task"]["entry"]["inverse_tool"] == "tasks__delete_task"
+
+    # The file: the person's text first, as it was; then the proven entries with evidence.
+    text = config.read_text()
+    assert text.startswith(SERVERS_STATE_RESET)
+    entries = written_entries(config)
+    assert entries["tasks__complete_task"] == complete["entry"]
+    assert f"seed {SEED}" in text
+    assert "# rejected: reversible: tasks__uncomplete_task(id={args.id})" in text
+    assert {t for t, o in data["tools"].items() if o["status"] == "proven"} == set(entries)
+    load_registry(config, example_environment(tmp_path))
+
+    # And what it wrote passes the plugin, at its defaults, with another seed.
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)  # load, two round trips, the state machine
+
+
+def test_tools_nothing_survives_for_stay_comments_never_entries(tmp_path: Path) -> None:
+    config = tmp_path / "tasks.yaml"
+    config.write_text(SERVERS_STATE_RESET)
+    out = tmp_path / "proven.yaml"
+    run = infer(
+        config,
+        "--out", str(out),
+        "--tool", "tasks__purge_completed",
+        "--tool", "tasks__restore_tasks",
+        "--tool", "tasks__reset",
+        "--seed", SEED,
+        "--json",
+    )  # fmt: skip
+    data = summary(run)
+    assert config.read_text() == SERVERS_STATE_RESET  # --out: the person's file is untouched
+    tools = data["tools"]
+    for name in ("tasks__purge_completed", "tasks__restore_tasks"):
+        assert tools[name]["status"] == "unclassified"
+        assert tools[name]["entry"] is None
+        assert tools[name]["reason"].startswith("nothing to try")
+    assert tools["tasks__reset"]["status"] == "reset"
+    entries = written_entries(out)
+    assert set(entries) == {"tasks__list_tasks", "tasks__list_labels"}
+    text = out.read_text()
+    assert "# tasks__purge_completed: unclassified (nothing to try" in text
+    assert "# tasks__reset: unclassified (the registry's reset: calls it" in text
+
+
+def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path) -> None:
+    config = tmp_path / "tasks.yaml"
+    config.write_text(SERVERS_STATE_RESET.split("\nstate:")[0] + "\n")
+    run = infer(config, "--seed", SEED)
+    assert run.returncode == 1, run.stderr
+    assert "no state: section, so nothing can be proven" in run.stderr
+    assert "review them and run infer again" in run.stdout
+    written = yaml.safe_load(config.read_text())
+    assert sorted(p["tool"] for p in written["state"]) == ["tasks__list_labels", "tasks__list_tasks"]
+    assert "tools" not in written
+    assert "# Proposed by compensator infer" in config.read_text()
+
+
+def test_bad_invocations_say_what_to_fix(tmp_path: Path) -> None:
+    config = tmp_path / "tasks.yaml"
+    config.write_text(SERVERS_STATE_RESET)
+    elsewhere = tmp_path / "sub" / "out.yaml"
+    run = infer(config, "--out", str(elsewhere))
+    assert run.returncode == 1
+    assert "write it in the folder of" in run.stderr and not elsewhere.exists()
+    run = infer(tmp_path / "missing.yaml")
+    assert run.returncode == 1 and "no such file" in run.stderr
+    run = infer(config, "--examples", "0")
+    assert run.returncode == 1 and "--examples must be at least 1" in run.stderr
+    assert config.read_text() == SERVERS_STATE_RESET
