@@ -146,7 +146,10 @@ def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path)
     assert "no state: section, so nothing can be proven" in run.stderr
     assert "review them and run infer again" in run.stdout
     written = yaml.safe_load(config.read_text())
-    assert sorted(p["tool"] for p in written["state"]) == ["tasks__list_labels", "tasks__list_tasks"]
+    assert sorted(p["tool"] for p in written["state"]) == [
+        "tasks__list_labels",
+        "tasks__list_tasks",
+    ]
     assert "tools" not in written
     assert "# Proposed by compensator infer" in config.read_text()
 

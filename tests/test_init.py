@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from compensator.cli import main
 from compensator.clients import jsonc
 
-from .conftest import SERVERS, third_party_servers
+from .conftest import EXAMPLES, SERVERS, third_party_servers
 from .test_http_downstream import (
     HttpServer,
     http_server,  # noqa: F401  (a fixture)
@@ -254,3 +254,19 @@ def test_init_takes_the_shipped_policies_for_a_known_server(tmp_path: Path) -> N
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "0 errors, 0 warnings" in checked.stdout
     assert jsonc.loads(source.read_text()) == config  # --from FILE is only read
+
+
+def test_init_infer_proposes_probes_for_a_server_it_has_no_policies_for(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    server = [str(EXAMPLES / "tasks_server.py"), "--db", str(tmp_path / "tasks.db")]
+    config = {"mcpServers": {"tasks": {"command": sys.executable, "args": server}}}
+    source = write(tmp_path / "clients.json", json.dumps(config))
+    made = run("init", "--from", str(source), "--infer", cwd=project, home=home)
+    assert made.returncode == 0, made.stderr
+    assert "has no `state:` section, so nothing could be proven yet" in made.stdout
+    written = yaml.safe_load((project / "compensators.yaml").read_text())
+    # Probes proposed for review; the tools init did not know stay commented out.
+    assert sorted(p["tool"] for p in written["state"]) == ["list_labels", "list_tasks"]
+    assert "add_task" not in (written.get("tools") or {})

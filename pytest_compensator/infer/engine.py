@@ -176,6 +176,7 @@ class Inference:
         self.prover = Prover(config, self.folder, settings)
         self.report = Report(config=config, seed=settings.seed)
         self.tools: dict[str, ToolInfo] = {}
+        self._server: dict[str, str | None] = {}  # tool -> its server
         self.reads: dict[str, ToolInfo] = {}  # the reads a snapshot may use
         # The last check is pytest's at its defaults (fewer, when the proofs ran fewer).
         self.final_settings = replace(
@@ -207,6 +208,7 @@ class Inference:
             notes = wire.get("annotations") or {}
             server = registry.server_for(name)
             prefix = registry.servers[server].exposed_prefix if server else ""
+            self._server[name] = server
             self.tools[name] = ToolInfo(
                 name=name,
                 prefix=f"{prefix}__" if prefix else "",
@@ -215,15 +217,28 @@ class Inference:
                 destructive=notes.get("destructiveHint") is True,
             )
 
+    def _probe_candidates(self, server: str | None = None) -> list[str]:
+        """Read tools without arguments (of one server): what probes could call."""
+        return [
+            tool.name
+            for tool in self.tools.values()
+            if not tool.required
+            and not tool.destructive
+            and (tool.read_only or looks_read(tool))
+            and (server is None or self._server.get(tool.name) == server)
+        ]
+
+    def _probes_for(self, server: str | None) -> str:
+        found = self._probe_candidates(server)
+        return f"its reads without arguments: {', '.join(found)}" if found else "none found"
+
     def _propose_state(self) -> None:
         """No `state:`: nothing can be proven. Propose probes for the person to review."""
         with Harness(self.prover.registry_file({})) as harness:
             harness.start()
             registry = harness.registry
             self._offered(registry, harness)
-        for tool in self.tools.values():
-            if not tool.required and not tool.destructive and (tool.read_only or looks_read(tool)):
-                self.report.proposed_state.append({"tool": tool.name})
+        self.report.proposed_state = [{"tool": name} for name in self._probe_candidates()]
         if not self.report.proposed_state:
             raise InferError(
                 f"{self.config} has no `state:` section, and no server offers a read tool "
@@ -243,6 +258,7 @@ class Inference:
         # The probes' tools are called in every check: unless they are reads, the proxy
         # journals them, and no undo can succeed. They are inferred whatever --tool says.
         probes = {probe.tool for probe in registry.state}
+        watched = {registry.server_for(tool) for tool in probes}
         targets: list[str] = []
         for name, tool in sorted(self.tools.items(), key=lambda item: item[0] not in probes):
             policy = registry.policy(name)
@@ -252,6 +268,12 @@ class Inference:
                     self.reads[name] = tool
             elif self.only is not None and name not in self.only and name not in probes:
                 continue
+            elif registry.server_for(name) not in watched:
+                self.report.outcomes[name] = Outcome(
+                    name,
+                    reason="no state: probe reads its server, so nothing its calls do can be "
+                    f"seen; add one ({self._probes_for(registry.server_for(name))})",
+                )
             elif name in reset:
                 self.report.outcomes[name] = Outcome(
                     name,
