@@ -55,6 +55,7 @@ def written_entries(path: Path) -> dict[str, Any]:
     return tools
 
 
+@pytest.mark.thorough  # about 80 s: infer, then the plugin on what it wrote
 def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_passes_pytest(
     tmp_path: Path, pytester: pytest.Pytester
 ) -> None:

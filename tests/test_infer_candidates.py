@@ -9,6 +9,7 @@ import pytest
 
 from pytest_compensator.infer import InferError, add_to_tools
 from pytest_compensator.infer.candidates import (
+    Candidate,
     Samples,
     ToolInfo,
     compensable_candidates,
@@ -198,8 +199,26 @@ def test_a_tool_that_reports_failure_in_band_gets_an_error_when():
         snapshots={"s__get_task": [{"id": 1, "status": "open"}] * 2},
     )
     found = compensable_candidates(set_status, offered(set_status, get), [get], samples)
+    samples.calls = 2
     (first, *_) = reporting_failures(found, samples)
     assert first.entry["error_when"] == "result.ok == `false`"
     assert first.entry["inverse_tool"] == "s__set_status"
+    assert "test" not in first.entry  # one of two sample calls worked: random args do
     samples.results = [{"ok": True}, {"ok": True}]  # never false: nothing to tell apart
     assert reporting_failures(found, samples) == found
+
+
+def test_a_tool_whose_random_calls_mostly_fail_gets_the_ones_that_worked_as_examples():
+    rename = tool("rename_task", {"id": "integer", "title": "string"})
+    samples = Samples(
+        args=[{"id": 1, "title": "a"}, {"id": 1, "title": "a"}, {"id": 2, "title": "b"}],
+        results=[{"id": 1}, {"id": 1}, {"id": 2}],
+        calls=9,
+    )
+    candidate = Candidate(kind="read", entry={"classification": "read"}, summary="read")
+    (found,) = reporting_failures([candidate], samples)
+    assert found.entry == {
+        "classification": "read",
+        "test": {"examples": [{"id": 1, "title": "a"}, {"id": 2, "title": "b"}]},
+    }
+    assert found.summary == "read (test.examples from 3 of 9 sample calls)"

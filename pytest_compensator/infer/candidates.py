@@ -3,7 +3,9 @@ sample calls returned. Pure: nothing here calls a server."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +155,7 @@ class Samples:
     snapshots: dict[str, list[Any]] = field(default_factory=dict)
     calls: int = 0
     failed: int = 0
+    errors: Counter[str] = field(default_factory=Counter)  # the failed calls' texts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -543,18 +546,45 @@ def in_band_failure(samples: Samples) -> str | None:
     return None
 
 
+MAX_EXAMPLES = 5
+
+
 def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Candidate]:
-    """The candidates, each with the tool's `error_when` when its results report failure."""
+    """The candidates, each with the tool's `error_when` when its results report failure,
+    and with `test.examples` (arguments of sample calls that worked) when most sample calls
+    failed: random arguments rarely meet what the tool accepts, and a round trip needs calls
+    that work to have something to undo."""
     error_when = in_band_failure(samples)
-    if error_when is None:
+    worked = [
+        args
+        for args, result in zip(samples.args, samples.results, strict=True)
+        if error_when is None or not _failed_in_band(result)
+    ]
+    extra: dict[str, Any] = {}
+    notes = []
+    if error_when is not None:
+        extra["error_when"] = error_when
+        notes.append(f"error_when {error_when}")
+    if worked and 2 * len(worked) < samples.calls:
+        unique = list({json.dumps(a, sort_keys=True): a for a in worked}.values())
+        extra["test"] = {"examples": unique[:MAX_EXAMPLES]}
+        notes.append(f"test.examples from {len(worked)} of {samples.calls} sample calls")
+    if not extra:
         return candidates
     return [
         Candidate(
             kind=c.kind,
-            entry={"classification": c.entry["classification"], "error_when": error_when}
-            | {k: v for k, v in c.entry.items() if k != "classification"},
-            summary=f"{c.summary} (error_when {error_when})",
+            entry={"classification": c.entry["classification"]}
+            | {k: v for k, v in c.entry.items() if k != "classification"}
+            | extra,
+            summary=f"{c.summary} ({'; '.join(notes)})",
             experiment=c.experiment,
         )
         for c in candidates
     ]
+
+
+def _failed_in_band(result: Any) -> bool:
+    return isinstance(result, Mapping) and any(
+        result.get(flag) is False for flag in result if str(flag).lower() in _OK_FLAGS
+    )

@@ -22,6 +22,7 @@ from ..harness import Harness, example_environment
 from ..settings import DEFAULT_EXAMPLES, DEFAULT_STEPS, Settings
 from .candidates import (
     Candidate,
+    Samples,
     ToolInfo,
     compensable_candidates,
     looks_creating,
@@ -177,6 +178,9 @@ class Inference:
         self.report = Report(config=config, seed=settings.seed)
         self.tools: dict[str, ToolInfo] = {}
         self._server: dict[str, str | None] = {}  # tool -> its server
+        # The probes' tools, as reads, while each of them is proven: otherwise the proxy
+        # journals the others' calls, and every undo to an example's start would skip them.
+        self.provisional: dict[str, dict[str, Any]] = {}
         self.reads: dict[str, ToolInfo] = {}  # the reads a snapshot may use
         # The last check is pytest's at its defaults (fewer, when the proofs ran fewer).
         self.final_settings = replace(
@@ -296,7 +300,7 @@ class Inference:
         self._final_check()
 
     def _entries(self) -> dict[str, dict[str, Any]]:
-        return self.report.entries
+        return {**self.provisional, **self.report.entries}
 
     def _try(self, tool: str, candidates: list[Candidate]) -> bool:
         """Prove the candidates in order, within the tool's budget; True once one passes.
@@ -343,11 +347,13 @@ class Inference:
     def _first_reads(self, targets: list[str], probes: set[str]) -> None:
         """Reads by annotation or name, the state probes' tools first (every later check
         calls them)."""
+        self.provisional = {t: {"classification": "read"} for t in targets if t in probes}
         for name in targets:
             tool = self.tools[name]
             probe = name in probes
             if (probe or tool.read_only or looks_read(tool)) and not tool.destructive:
                 self._try(name, [read_candidate(tool, experiment=False, probe=probe)])
+        self.provisional = {}
         unproven = sorted(
             p
             for p in probes
@@ -391,16 +397,15 @@ class Inference:
         tried = {a.candidate.summary for a in outcome.attempts}
         candidates = [c for c in candidates if c.summary not in tried]
         if not samples.results:
+            common = samples.errors.most_common(1)
             outcome.reason = (
-                f"all {samples.calls} sample calls failed, so nothing showed what its results "
-                "look like"
+                f"all {samples.calls} sample calls failed"
+                + (f" (most often: {common[0][0]})" if common else "")
+                + ", on every pre-state the proven tools could build"
             )
             return False
         if not candidates and not outcome.attempts:
-            outcome.reason = (
-                "nothing to try: no tool of its server is named as its opposite with "
-                "arguments to fill, and no read tool takes its arguments for a snapshot"
-            )
+            outcome.reason = "nothing to try: " + _nothing_to_try(tool, snapshots, samples)
             return True
         if self._try(name, candidates):
             return True
@@ -479,3 +484,22 @@ def _with_state(original: str, probes: list[dict[str, Any]], *, path: str) -> st
         *(f"  - tool: {probe['tool']}" for probe in probes),
     ]
     return original.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+
+
+def _nothing_to_try(
+    tool: ToolInfo, snapshots: list[tuple[ToolInfo, dict[str, str]]], samples: Samples
+) -> str:
+    """Why no candidate could be built for a tool whose sample calls worked."""
+    reasons = ["no tool of its server is named as its opposite with arguments to fill"]
+    if not snapshots:
+        reasons.append("no read tool takes its arguments for a snapshot")
+    elif not any(samples.snapshots.get(read.name) for read, _ in snapshots):
+        names = ", ".join(read.name for read, _ in snapshots)
+        reasons.append(
+            f"the reads that could snapshot it ({names}) failed before every sample call "
+            "(what it works on did not exist yet), and none of its server's tools removes "
+            "what it makes"
+        )
+    else:
+        reasons.append("no write of its server takes back what a snapshot showed")
+    return "; ".join(reasons)

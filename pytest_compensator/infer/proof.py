@@ -149,6 +149,7 @@ class Prover:
                     samples.calls += 1
                     if reply.is_error:
                         samples.failed += 1
+                        samples.errors[" ".join(reply.text.split())[:160]] += 1
                         return
                     samples.args.append(args)
                     samples.results.append(reply.value)
