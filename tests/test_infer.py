@@ -133,7 +133,10 @@ def test_tools_nothing_survives_for_stay_comments_never_entries(tmp_path: Path) 
         assert tools[name]["reason"].startswith("nothing to try")
     assert tools["tasks__reset"]["status"] == "reset"
     entries = written_entries(out)
-    assert set(entries) == {"tasks__list_tasks", "tasks__list_labels"}
+    # The probes' tools and the annotated reads are checked whatever --tool says.
+    reads = {"tasks__list_tasks", "tasks__list_labels", "tasks__get_task", "tasks__get_task_tree"}
+    assert set(entries) == reads
+    assert all(entry == {"classification": "read"} for entry in entries.values())
     text = out.read_text()
     assert "# tasks__purge_completed: unclassified (nothing to try" in text
     assert "# tasks__reset: unclassified (the registry's reset: calls it" in text

@@ -3,11 +3,15 @@ proofs on real servers are in test_infer.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from pytest_compensator.infer import InferError, add_to_tools
+from compensator.cli import infer as infer_cli
+from pytest_compensator import settings
+from pytest_compensator.infer import InferError, Outcome, Report, add_to_tools, verify_result
 from pytest_compensator.infer.candidates import (
     Candidate,
     Samples,
@@ -19,11 +23,12 @@ from pytest_compensator.infer.candidates import (
     snapshot_tools,
     words,
 )
+from pytest_compensator.infer.proof import Attempt
 
 
 def tool(name: str, required: dict[str, Any] | None = None, **optional: Any) -> ToolInfo:
     required = required or {}
-    properties = {**{k: {"type": v} for k, v in required.items()}}
+    properties = {k: {"type": v} for k, v in required.items()}
     properties |= {k: {"type": v} for k, v in optional.items()}
     schema = {"type": "object", "properties": properties, "required": list(required)}
     return ToolInfo(name=f"s__{name}", prefix="s__", schema=schema)
@@ -186,8 +191,61 @@ def test_entries_go_to_the_end_of_the_tools_section_and_nothing_else_moves():
     )
     assert add_to_tools("servers: {}\n", ["  b: x"], path="r.yaml").endswith("\ntools:\n  b: x\n")
     assert add_to_tools("tools: {}\n", ["  b: x"], path="r.yaml") == "tools:\n  b: x\n"
+    assert add_to_tools("tools: ~\r\n", ["  b: x"], path="r") == "tools:\r\n  b: x\r\n"
     with pytest.raises(InferError, match=r"r\.yaml: `tools:` is written in flow style"):
         add_to_tools("tools: {a: {classification: read}}\n", ["  b: x"], path="r.yaml")
+
+
+def test_a_section_indented_by_four_keeps_its_comments_and_the_next_sections_own():
+    text = (
+        "tools:   # mine\n    a:\n        classification: read\n    # about a\n"
+        "# the probes\nstate:\n  - tool: a\n"
+    )
+    added = add_to_tools(text, ["  b:", "    classification: read", "  # c"], path="r")
+    assert added == (
+        "tools:   # mine\n    a:\n        classification: read\n    # about a\n\n"
+        "    b:\n      classification: read\n    # c\n# the probes\nstate:\n  - tool: a\n"
+    )
+    assert yaml.safe_load(added)["tools"] == {
+        "a": {"classification": "read"},
+        "b": {"classification": "read"},
+    }
+
+
+def test_only_proven_entries_are_written_and_server_text_cannot_break_the_file():
+    report = Report(config=Path("r.yaml"), seed=9)
+    entry = {"classification": "reversible", "inverse_tool": "s__del", "inverse_args": {}}
+    candidate = Candidate(kind="reversible", entry=entry, summary="reversible: s__del()")
+    failure = 'undo_to(3) did not restore\n\nCalls (after shrinking, ...):\n  s__add(n="\x07\x1b")'
+    attempt = Attempt(
+        candidate=candidate, outcome="failed", examples=4, verified=1, calls=9, seconds=1.0,
+        failure=failure,
+    )  # fmt: skip
+    proven = Attempt(
+        candidate=candidate, outcome="proven", examples=100, verified=40, calls=99, seconds=2.0
+    )
+    report.outcomes = {
+        "s__add": Outcome("s__add", status="proven", entry=entry, attempts=[attempt, proven]),
+        "s__drop": Outcome("s__drop", reason="nothing to try", attempts=[attempt]),
+        "s__kept": Outcome("s__kept", status="kept"),
+    }
+    original = "servers: {}\ntools:\n  s__kept: {classification: read}\n"
+    text = report.text(original, today="2026-12-05")
+    written = yaml.safe_load(text)["tools"]
+    assert written == {"s__kept": {"classification": "read"}, "s__add": entry}
+    assert "# proven by compensator infer: 100 examples, 40 undos verified, seed 9" in text
+    assert "# s__drop: unclassified (nothing to try)" in text
+    assert '#     s__add(n="\\x07\\x1b")' in text  # escaped, or YAML would refuse the file
+    verify_result(original, text, report.entries, path="r.yaml")
+    with pytest.raises(InferError, match=r"would change tools\.s__kept"):
+        verify_result(original, text.replace("s__kept: {classification: read}", ""), [], path="r")
+
+
+def test_the_cli_repeats_the_plugin_defaults_it_shows_in_help():
+    assert (infer_cli.DEFAULT_STEPS, infer_cli.DEFAULT_MIN_VERIFIED) == (
+        settings.DEFAULT_STEPS,
+        settings.DEFAULT_MIN_VERIFIED,
+    )
 
 
 def test_a_tool_that_reports_failure_in_band_gets_an_error_when():
@@ -209,7 +267,6 @@ def test_a_tool_that_reports_failure_in_band_gets_an_error_when():
 
 
 def test_a_tool_whose_random_calls_mostly_fail_gets_the_ones_that_worked_as_examples():
-    rename = tool("rename_task", {"id": "integer", "title": "string"})
     samples = Samples(
         args=[{"id": 1, "title": "a"}, {"id": 1, "title": "a"}, {"id": 2, "title": "b"}],
         results=[{"id": 1}, {"id": 1}, {"id": 2}],

@@ -10,7 +10,10 @@ import json
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_compensator.infer import Report
 
 from ..clients import replace_atomically
 from ..errors import CompensatorError
@@ -23,6 +26,10 @@ DEFAULT_BUDGET = 300.0
 DEFAULT_EXAMPLES = 100
 """Examples per proof: four times the plugin's default, because a candidate that slips
 through is written as proven (the final check of all entries together runs at pytest's)."""
+# The plugin's defaults, repeated so that `--help` works without the pytest extra installed
+# (tests/test_infer.py compares them with pytest_compensator.settings).
+DEFAULT_STEPS = 20
+DEFAULT_MIN_VERIFIED = 5
 
 INFER_EPILOG = """\
 examples:
@@ -39,8 +46,6 @@ as comments saying what was tried. docs/infer.md has the details.
 
 
 def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
-    from pytest_compensator.settings import DEFAULT_MIN_VERIFIED, DEFAULT_STEPS
-
     parser.add_argument("--config", required=True, type=Path, help="the registry YAML file")
     parser.add_argument(
         "--out",
@@ -53,15 +58,16 @@ def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool",
         action="append",
         metavar="NAME",
-        help="infer only this tool (repeat for more); the others stay as they are",
+        help="infer only this tool (repeat for more); the probes' tools and tools annotated "
+        "readOnlyHint are checked too, as snapshots need proven reads",
     )
     parser.add_argument(
         "--budget",
         type=float,
         default=DEFAULT_BUDGET,
         metavar="SECONDS",
-        help="time one tool may take over all its candidates (a check under way finishes; "
-        f"default {DEFAULT_BUDGET:g})",
+        help="time one tool may take over its sample calls and candidates (a check under way "
+        f"finishes; default {DEFAULT_BUDGET:g})",
     )
     parser.add_argument(
         "--seed", type=int, help="seed for every check (default random, shown in the output)"
@@ -84,7 +90,7 @@ def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MIN_VERIFIED,
         help="undos a round trip must see restore the state, as --compensator-min-verified "
-        f"(default {DEFAULT_MIN_VERIFIED})",
+        f"(at least 1; default {DEFAULT_MIN_VERIFIED})",
     )
 
 
@@ -126,15 +132,16 @@ def infer_registry(
     examples: int | None = None,
     steps: int | None = None,
     min_verified: int | None = None,
-) -> Any:
+) -> Report:
     """Run infer on `config` and write the result to `out` (default: `config` itself)."""
     try:
-        from pytest_compensator.infer import Inference, check_output_folder
-        from pytest_compensator.settings import (
-            DEFAULT_MIN_VERIFIED,
-            DEFAULT_STEPS,
-            Settings,
+        from pytest_compensator.infer import (
+            Inference,
+            add_to_tools,
+            check_output_folder,
+            verify_result,
         )
+        from pytest_compensator.settings import Settings
     except ImportError as exc:
         raise CompensatorError(
             f"infer runs the pytest plugin's checks, which need the `pytest` extra ({exc}). "
@@ -151,14 +158,23 @@ def infer_registry(
         steps=_at_least(steps if steps is not None else DEFAULT_STEPS, 1, "steps"),
         seed=seed if seed is not None else random.randrange(2**32),
         seed_source="compensator infer",
+        # At least one: a candidate is written only once undo was seen to work.
         min_verified=_at_least(
-            min_verified if min_verified is not None else DEFAULT_MIN_VERIFIED, 0, "min-verified"
+            min_verified if min_verified is not None else DEFAULT_MIN_VERIFIED, 1, "min-verified"
         ),
         report=None,
     )
     original = config.read_text()
+    add_to_tools(original, ["  # -"], path=str(config))  # can the result be written at all?
     report = Inference(config, settings, budget=budget, only=only, progress=_say).run()
     text = report.text(original, today=datetime.date.today().isoformat())
+    verify_result(original, text, report.entries, path=str(config))
+    if config.read_text() != original:
+        kept = target.with_name(f"{target.stem}.infer{target.suffix}")
+        replace_atomically(kept, text.encode("utf-8"))
+        raise CompensatorError(
+            f"{config} changed while infer ran; the result is in {kept}, for you to merge"
+        )
     replace_atomically(target, text.encode("utf-8"))
     _say(f"wrote {target}")
     return report
@@ -174,7 +190,7 @@ def _say(line: str) -> None:
     print(f"infer: {line}", file=sys.stderr, flush=True)
 
 
-def _summary(report: Any) -> str:
+def _summary(report: Report) -> str:
     counts: dict[str, list[str]] = {}
     for tool, outcome in sorted(report.outcomes.items()):
         counts.setdefault(outcome.status, []).append(tool)
@@ -198,4 +214,6 @@ def _summary(report: Any) -> str:
                 outcome = report.outcomes[tool]
                 what = outcome.entry["classification"] if outcome.entry else outcome.reason
                 lines.append(f"  {tool}  {what}" if status != "kept" else f"  {tool}")
+    if report.warning:
+        lines.append(f"warning: {report.warning}")
     return "\n".join(lines)

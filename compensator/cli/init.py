@@ -117,6 +117,9 @@ def _infer(proposal: Proposal, output: Path) -> int:
     except CompensatorError as exc:
         print(f"compensator init --infer: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("compensator init --infer: interrupted; infer wrote nothing", file=sys.stderr)
+        return 130
     if report.proposed_state:
         print(
             f"\ninfer: {output} has no `state:` section, so nothing could be proven yet. It "

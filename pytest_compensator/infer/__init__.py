@@ -6,8 +6,9 @@ the plugin's checks on candidate registries; `engine` orders the work; `writing`
 result to the person's registry file. The CLI front is `compensator/cli/infer.py`.
 """
 
-from .engine import Inference, Outcome, Report, check_output_folder
-from .writing import InferError, add_to_tools, comment_lines, entry_lines
+from .engine import Inference, check_output_folder
+from .outcomes import Outcome, Report
+from .writing import InferError, add_to_tools, comment_lines, entry_lines, verify_result
 
 __all__ = [
     "InferError",
@@ -18,4 +19,5 @@ __all__ = [
     "check_output_folder",
     "comment_lines",
     "entry_lines",
+    "verify_result",
 ]

@@ -5,20 +5,20 @@ all proven entries together. Nothing unproven is ever returned as an entry."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from compensator.names import META_TOOLS
+from compensator.names import META_TOOLS, SEPARATOR
 from compensator.registry import Registry, load_registry
 from compensator.wire import sdk
 
 from ..harness import Harness, example_environment
+from ..report import Coverage
 from ..settings import DEFAULT_EXAMPLES, DEFAULT_STEPS, Settings
 from .candidates import (
     Candidate,
@@ -32,128 +32,15 @@ from .candidates import (
     reversible_candidates,
     snapshot_tools,
 )
-from .proof import Attempt, Prover, failing_sequence
-from .writing import InferError, add_to_tools, comment_lines, entry_lines
+from .outcomes import Outcome, Report
+from .proof import Prover, failing_sequence
+from .writing import InferError
 
 __all__ = ["Inference", "Outcome", "Report"]
 
 Progress = Callable[[str], None]
 
 SHOWN_CALLS = 12  # calls of a failing sequence shown on the terminal (all are in --json)
-
-
-@dataclass
-class Outcome:
-    """What infer concluded for one tool."""
-
-    tool: str
-    status: str = "unclassified"  # proven, unclassified, kept (has an entry), reset
-    entry: dict[str, Any] | None = None
-    attempts: list[Attempt] = field(default_factory=list)
-    reason: str = ""
-    seconds: float = 0.0
-    final: str = ""  # what the final check saw, for the evidence
-
-    @property
-    def best_failure(self) -> Attempt | None:
-        """The failed attempt a person learns most from: one with a counterexample, else
-        the one that verified most."""
-        failed = [a for a in self.attempts if not a.proven]
-        if not failed:
-            return None
-        return max(failed, key=lambda a: (a.outcome == "failed", a.verified, a.examples))
-
-    def evidence(self, seed: int) -> list[str]:
-        proven = next((a for a in self.attempts if a.proven), None)
-        if proven is None:
-            return []
-        done = "calls worked" if proven.candidate.kind == "read" else "undos verified"
-        lines = [
-            f"proven by compensator infer: {proven.examples} examples, {proven.verified} "
-            f"{done}, seed {seed} ({proven.candidate.summary})"
-        ]
-        if self.final:
-            lines.append(f"and again with every entry infer wrote: {self.final}")
-        for attempt in self.attempts:
-            if not attempt.proven:
-                headline = failing_sequence(attempt.failure)[:1] or [attempt.outcome]
-                lines.append(f"rejected: {attempt.candidate.summary}: {headline[0][:120]}")
-        return lines
-
-    def explanation(self) -> list[str]:
-        """Comment lines for a tool left unclassified."""
-        lines = [f"{self.tool}: unclassified ({self.reason}). Undo refuses its calls."]
-        for attempt in self.attempts:
-            lines.append(
-                f"  tried {attempt.candidate.summary}: {attempt.outcome} after "
-                f"{attempt.examples} examples"
-            )
-        best = self.best_failure
-        if best is not None and best.failure:
-            lines.append(f"  best candidate's failure ({best.candidate.summary}):")
-            lines += [f"    {line}" for line in failing_sequence(best.failure)]
-        return lines
-
-    def to_json(self) -> dict[str, Any]:
-        best = self.best_failure
-        return {
-            "status": self.status,
-            "entry": self.entry,
-            "reason": self.reason,
-            "seconds": round(self.seconds, 2),
-            "final_check": self.final,
-            "attempts": [a.to_json() for a in self.attempts],
-            "failing_sequence": failing_sequence(best.failure) if best else [],
-        }
-
-
-@dataclass
-class Report:
-    config: Path
-    seed: int
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    proposed_state: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def entries(self) -> dict[str, dict[str, Any]]:
-        return {t: o.entry for t, o in self.outcomes.items() if o.entry and o.status == "proven"}
-
-    def text(self, original: str, *, today: str) -> str:
-        """The person's registry text with what infer found added."""
-        if self.proposed_state:
-            return _with_state(original, self.proposed_state, path=str(self.config))
-        block: list[str] = []
-        for tool, outcome in sorted(self.outcomes.items()):
-            if outcome.status == "proven" and outcome.entry is not None:
-                block += entry_lines(tool, outcome.entry, outcome.evidence(self.seed))
-        for tool, outcome in sorted(self.outcomes.items()):
-            if outcome.status == "unclassified":
-                block += comment_lines(outcome.explanation())
-            elif outcome.status == "reset":
-                block += comment_lines([f"{tool}: unclassified ({outcome.reason})."])
-        if not block:
-            return original
-        header = comment_lines(
-            [
-                f"-- added by compensator infer on {today} (seed {self.seed}); every entry "
-                "below passed the plugin's checks on the real servers --"
-            ]
-        )
-        return add_to_tools(original, header + block, path=str(self.config))
-
-    def to_json(self) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        for outcome in self.outcomes.values():
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-        return {
-            "config": str(self.config),
-            "seed": self.seed,
-            "seconds": round(self.seconds, 1),
-            "counts": counts,
-            "proposed_state": self.proposed_state,
-            "tools": {t: o.to_json() for t, o in sorted(self.outcomes.items())},
-        }
 
 
 class Inference:
@@ -173,8 +60,6 @@ class Inference:
         self.budget = budget
         self.only = only
         self.say = progress
-        self.folder = Path(tempfile.mkdtemp(prefix="compensator-infer-"))
-        self.prover = Prover(config, self.folder, settings)
         self.report = Report(config=config, seed=settings.seed)
         self.tools: dict[str, ToolInfo] = {}
         self._server: dict[str, str | None] = {}  # tool -> its server
@@ -191,14 +76,16 @@ class Inference:
 
     def run(self) -> Report:
         began = time.perf_counter()
+        folder = Path(tempfile.mkdtemp(prefix="compensator-infer-"))
         try:
-            registry = load_registry(self.config, example_environment(self.folder))
+            registry = load_registry(self.config, example_environment(folder))
+            self.prover = Prover(self.config, folder, self.settings)
             if not registry.state:
                 self._propose_state()
             else:
                 self._infer(registry)
         finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
             self.report.seconds = time.perf_counter() - began
         return self.report
 
@@ -215,7 +102,7 @@ class Inference:
             self._server[name] = server
             self.tools[name] = ToolInfo(
                 name=name,
-                prefix=f"{prefix}__" if prefix else "",
+                prefix=f"{prefix}{SEPARATOR}" if prefix else "",
                 schema=wire.get("inputSchema") or {"type": "object"},
                 read_only=notes.get("readOnlyHint") is True,
                 destructive=notes.get("destructiveHint") is True,
@@ -270,8 +157,8 @@ class Inference:
                 self.report.outcomes[name] = Outcome(name, status="kept", reason="has an entry")
                 if not policy.classification.behaviour.journaled:
                     self.reads[name] = tool
-            elif self.only is not None and name not in self.only and name not in probes:
-                continue
+            elif self.only is not None and name not in self.only | probes and not tool.read_only:
+                continue  # annotated reads are checked anyway: snapshots need proven reads
             elif registry.server_for(name) not in watched:
                 self.report.outcomes[name] = Outcome(
                     name,
@@ -287,9 +174,6 @@ class Inference:
             else:
                 targets.append(name)
                 self.report.outcomes[name] = Outcome(name)
-        for tool in self.tools.values():
-            if tool.read_only and tool.name not in self.reads:
-                self.reads[tool.name] = tool
         self.say(
             f"{len(targets)} tools without an entry; seed {self.settings.seed}, "
             f"{self.settings.examples} examples per check, {self.budget:g} s per tool"
@@ -309,7 +193,8 @@ class Inference:
         proven = self._candidates(tool, candidates)
         outcome = self.report.outcomes[tool]
         best = outcome.best_failure
-        if best is not None and best.outcome == "failed" and not best.shrunk:
+        within = outcome.seconds < self.budget
+        if best is not None and best.outcome == "failed" and not best.shrunk and within:
             self.say(f"  {tool}: shrinking the counterexample of {best.candidate.summary}")
             again = self.prover.prove(entries, tool, best.candidate, shrink=True)
             outcome.seconds += again.seconds
@@ -352,7 +237,7 @@ class Inference:
             tool = self.tools[name]
             probe = name in probes
             if (probe or tool.read_only or looks_read(tool)) and not tool.destructive:
-                self._try(name, [read_candidate(tool, experiment=False, probe=probe)])
+                self._try(name, [read_candidate(tool, probe=probe)])
         self.provisional = {}
         unproven = sorted(
             p
@@ -389,12 +274,18 @@ class Inference:
         began = time.perf_counter()
         self.say(f"{name}: sampling calls")
         snapshots = snapshot_tools(tool, self.reads.values())
-        samples = self.prover.sample(self._entries(), name, snapshots)
-        outcome.seconds += time.perf_counter() - began
+        try:
+            samples = self.prover.sample(self._entries(), name, snapshots)
+        except Exception as exc:  # a schema no strategy fits, a probe or reset that failed...
+            outcome.reason = f"its sample calls could not run ({type(exc).__name__}: {exc})"
+            return True
+        finally:
+            outcome.seconds += time.perf_counter() - began
         candidates = reversible_candidates(tool, self.tools, samples)
         candidates += compensable_candidates(tool, self.tools, self.reads.values(), samples)
         candidates = reporting_failures(candidates, samples)
-        tried = {a.candidate.summary for a in outcome.attempts}
+        # A candidate that was never verified (its calls failed) may do better now.
+        tried = {a.candidate.summary for a in outcome.attempts if a.outcome != "never verified"}
         candidates = [c for c in candidates if c.summary not in tried]
         if not samples.results:
             common = samples.errors.most_common(1)
@@ -427,38 +318,51 @@ class Inference:
                 outcome.reason = reason or "no candidate survived"
 
     def _final_check(self) -> None:
-        """What pytest --compensator-config runs, on all proven entries together; an entry
-        that fails it is taken out (and the check runs again without it)."""
+        """What pytest --compensator-config runs, on all proven entries together. An entry
+        whose own check fails is taken out; when only the state machine fails, one entry
+        its failing undo involved is taken out; then the check runs again."""
         while self._entries():
             self.say("checking every proven entry together, as pytest --compensator-config does")
-            failed, coverage = self.prover.check_all(
-                self._entries(), lambda tool: self.say(f"  {tool}"), self.final_settings
-            )
-            if not failed:
-                for tool, outcome in self.report.outcomes.items():
-                    if outcome.status == "proven":
-                        stats = coverage.stats(tool)
-                        outcome.final = (
-                            f"{stats.calls} calls"
-                            if outcome.entry and outcome.entry["classification"] == "read"
-                            else f"{stats.undone} undos, {stats.verified} verified"
-                        )
-                return
-            for tool, message in failed.items():
-                outcome = self.report.outcomes[tool]
-                self.say(f"  {tool} failed with the other entries: taken out")
-                proven = next(a for a in outcome.attempts if a.proven)
-                outcome.attempts[outcome.attempts.index(proven)] = Attempt(
-                    candidate=proven.candidate,
-                    outcome="failed",
-                    examples=proven.examples,
-                    verified=proven.verified,
-                    calls=proven.calls,
-                    seconds=proven.seconds,
-                    failure=message,
+            try:
+                found = self.prover.check_all(
+                    self._entries(), lambda tool: self.say(f"  {tool}"), self.final_settings
                 )
-                outcome.status, outcome.entry = "unclassified", None
-                outcome.reason = "its entry passed alone but failed next to the others"
+            except Exception as exc:  # the servers did not start, a probe failed...
+                message = f"the check of all entries together could not run: {exc}"
+                raise InferError(message) from exc
+            if found.machine and not found.blamed:
+                self.report.warning = (
+                    "the state machine failed on entries the file already had, so the "
+                    f"entries infer proved could not be checked together:\n{found.machine}"
+                )
+                self.say(self.report.warning)
+                return
+            if not found.failed and not found.machine:
+                self._record_final(found.coverage)
+                return
+            taken = found.failed or {found.blamed[0]: f"the state machine failed:\n{found.machine}"}
+            for tool, message in taken.items():
+                self.say(f"  {tool} failed with the other entries: taken out")
+                self._take_out(tool, message)
+
+    def _record_final(self, coverage: Coverage) -> None:
+        for outcome in self.report.outcomes.values():
+            if outcome.status == "proven" and outcome.entry is not None:
+                stats = coverage.stats(outcome.tool)
+                outcome.final = (
+                    f"{stats.calls} calls, {stats.calls - stats.errors} worked"
+                    if outcome.entry["classification"] == "read"
+                    else f"{stats.undone} undos, {stats.verified} verified"
+                )
+
+    def _take_out(self, tool: str, message: str) -> None:
+        outcome = self.report.outcomes[tool]
+        proven = next(a for a in outcome.attempts if a.proven)
+        outcome.attempts[outcome.attempts.index(proven)] = replace(
+            proven, outcome="failed", failure=message
+        )
+        outcome.status, outcome.entry = "unclassified", None
+        outcome.reason = "its entry passed alone but failed next to the others"
 
 
 def check_output_folder(config: Path, out: Path) -> None:
@@ -467,23 +371,6 @@ def check_output_folder(config: Path, out: Path) -> None:
             f"--out {out}: write it in the folder of {config} ({config.parent}): relative "
             "paths in a registry (a server's command, args, cwd) are taken from its folder"
         )
-
-
-def _with_state(original: str, probes: list[dict[str, Any]], *, path: str) -> str:
-    if re.search(r"^state:", original, re.MULTILINE):
-        raise InferError(
-            f"{path}: `state:` is empty. Fix: list the read calls that show what the tools "
-            "change (docs/registry.md), then run infer again."
-        )
-    lines = [
-        "",
-        "# Proposed by compensator infer: read tools that take no arguments. Check that",
-        "# together they show everything the other tools change (add `args:`, `select:` or",
-        "# `unordered: true` where needed), then run infer again: it proves nothing without.",
-        "state:",
-        *(f"  - tool: {probe['tool']}" for probe in probes),
-    ]
-    return original.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
 
 
 def _nothing_to_try(

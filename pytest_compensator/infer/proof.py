@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from ..report import Coverage, NeverVerified
 from ..settings import Settings
 from .candidates import Candidate, Samples, ToolInfo
 
-__all__ = ["Attempt", "Prover", "failing_sequence"]
+__all__ = ["Attempt", "FinalCheck", "Prover", "failing_sequence"]
 
 SAMPLE_EXAMPLES = 20
 """Fresh pre-states on which sample calls of a tool show what its results look like."""
@@ -179,7 +179,7 @@ class Prover:
                 harness.offered_tools()
                 settings = self._settings(path)
                 if candidate.kind == "read":
-                    need = _required(settings) if candidate.experiment else 0
+                    need = required_verified(settings) if candidate.needs_calls else 0
                     check_read(harness, tool, coverage, settings, need=need)
                 else:
                     run_roundtrip(harness, tool, coverage, settings)
@@ -206,35 +206,43 @@ class Prover:
         entries: Mapping[str, Mapping[str, Any]],
         on_tool: Callable[[str], None],
         settings: Settings,
-    ) -> tuple[dict[str, str], Coverage]:
+    ) -> FinalCheck:
         """Everything pytest --compensator-config would run on the registry with `entries`
         (with `settings`): each undoable tool's round trip, each read's check, then the state
-        machine. Returns the tools that failed, with the message, and the coverage."""
+        machine (once those passed)."""
         path = self.registry_file(entries)
         settings = replace(settings, config=path)
-        coverage = Coverage()
-        failed: dict[str, str] = {}
+        result = FinalCheck(coverage=Coverage())
         with Harness(path) as harness:
             harness.offered_tools()
             for tool, entry in entries.items():
                 on_tool(tool)
                 try:
                     if entry["classification"] == "read":
-                        check_read(harness, tool, coverage, settings, need=0)
+                        check_read(harness, tool, result.coverage, settings, need=0)
                     else:
-                        run_roundtrip(harness, tool, coverage, settings)
+                        run_roundtrip(harness, tool, result.coverage, settings)
                 except Exception as exc:
-                    failed[tool] = str(exc)
-            if failed or not any(e["classification"] != "read" for e in entries.values()):
-                return failed, coverage
+                    result.failed[tool] = str(exc)
+            if result.failed or all(e["classification"] == "read" for e in entries.values()):
+                return result
             on_tool("the state machine")
             try:
-                run_state_machine(harness, coverage, settings)
+                run_state_machine(harness, result.coverage, settings)
             except Exception as exc:
-                blamed = [t for t in getattr(exc, "tools", ()) if t in entries]
-                for tool in blamed or [t for t, e in entries.items() if _undoable(e)]:
-                    failed[tool] = f"the state machine over all entries failed:\n{exc}"
-        return failed, coverage
+                result.machine = str(exc)
+                result.blamed = [t for t in getattr(exc, "tools", ()) if t in entries]
+        return result
+
+
+@dataclass
+class FinalCheck:
+    """What the check of all entries together found."""
+
+    coverage: Coverage
+    failed: dict[str, str] = field(default_factory=dict)  # round trips and reads that failed
+    machine: str = ""  # the state machine's failure
+    blamed: list[str] = field(default_factory=list)  # the entries its failing undo involved
 
 
 @contextlib.contextmanager
@@ -258,14 +266,6 @@ def _shrinking(shrink: bool) -> Iterator[None]:
 
 _NO_SHRINK = "compensator-infer-no-shrink"
 _BEFORE = "compensator-infer-before"
-
-
-def _undoable(entry: Mapping[str, Any]) -> bool:
-    return entry["classification"] != "read"
-
-
-def _required(settings: Settings) -> int:
-    return required_verified(settings)
 
 
 def _kept_sections(config: Path) -> dict[str, Any]:

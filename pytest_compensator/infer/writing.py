@@ -1,21 +1,22 @@
 """The registry infer writes: the person's file as it was, with the proven entries (each with
-its evidence) and the unclassified tools (as comments saying what was tried) added to its
-`tools:` section."""
+its evidence) and the unclassified tools (as comments saying what was tried) added at the end
+of its `tools:` section; checked to parse, with every earlier entry intact, before it is
+written."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from compensator.errors import CompensatorError
 
-__all__ = ["InferError", "add_to_tools", "comment_lines", "entry_lines"]
+__all__ = ["InferError", "add_to_tools", "comment_lines", "entry_lines", "verify_result"]
 
-_TOOLS = re.compile(r"^tools:[ \t]*(?P<rest>[^#\n]*?)[ \t]*(?:#.*)?$", re.MULTILINE)
-_TOP_LEVEL = re.compile(r"^[^\s#]", re.MULTILINE)
+_TOOLS = re.compile(r"^tools:(?P<rest>[^\r\n]*)(?=\r?\n|\Z)", re.MULTILINE)
+_EMPTY = ("", "{}", "~", "null")
 
 
 class InferError(CompensatorError, ValueError):
@@ -23,28 +24,73 @@ class InferError(CompensatorError, ValueError):
 
 
 def add_to_tools(text: str, block: Sequence[str], *, path: str) -> str:
-    """`text` with `block` (lines indented under `tools:`) at the end of its `tools:`
-    section, which is added when the file has none. Everything else stays as written."""
+    """`text` with `block` (lines indented by two under `tools:`) after the last entry of its
+    `tools:` section, indented as that section is; a `tools:` section is added when the file
+    has none. Everything else stays as written, comments included."""
     if not block:
         return text
-    added = "".join(f"{line}\n" for line in block)
+    newline = "\r\n" if "\r\n" in text else "\n"
     match = _TOOLS.search(text)
     if match is None:
-        return text.rstrip("\n") + "\n\ntools:\n" + added
-    rest = match.group("rest")
-    if rest not in ("", "{}"):
+        section = "".join(f"{line}{newline}" for line in block)
+        return text.rstrip("\r\n") + f"{newline}{newline}tools:{newline}" + section
+    value, _, comment = match.group("rest").partition("#")
+    if value.strip() not in _EMPTY:
         raise InferError(
-            f"{path}: `tools:` is written in flow style ({rest[:40]}...); infer adds entries "
-            "to a block mapping. Fix: write each entry on its own lines under `tools:`."
+            f"{path}: `tools:` is written in flow style ({value.strip()[:40]}); infer adds "
+            "entries to a block mapping. Fix: write each entry on its own lines under `tools:`."
         )
-    head = text[: match.start()] + "tools:" + text[match.end() :]
-    start = match.start() + len("tools:")
-    following = _TOP_LEVEL.search(head, start + 1)
-    end = following.start() if following else len(head)
-    section = head[start:end].rstrip("\n")
-    tail = head[end:]
-    joined = head[:start] + section + "\n" + ("\n" if section.strip() else "") + added
-    return joined + ("\n" + tail if tail else "")
+    if value.strip():  # `tools: {}` or `tools: ~`: a mapping from now on
+        head = "tools:" + (f"  #{comment}" if comment else "")
+        text = text[: match.start()] + head + text[match.end() :]
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("tools:"))
+    last, indent = start, "  "
+    for index in range(start + 1, len(lines)):
+        line = lines[index]
+        if line.strip() and not line[0].isspace():
+            if line.lstrip().startswith("#"):
+                continue  # a comment at the margin may introduce the next section
+            break
+        if line.strip() and not line.lstrip().startswith("#"):
+            if last == start:
+                indent = line[: len(line) - len(line.lstrip())]
+            last = index
+        elif line.strip() and last != start:
+            last = index  # a comment inside the section, after an entry
+    if not lines[last].endswith(("\n", "\r")):
+        lines[last] += newline
+    extra = indent[2:] if len(indent) >= 2 else ""
+    spacer = [newline] if last != start else []
+    added = [f"{extra}{line}{newline}" for line in block]
+    return "".join(lines[: last + 1] + spacer + added + lines[last + 1 :])
+
+
+def verify_result(original: str, text: str, added: Iterable[str], *, path: str) -> None:
+    """The written text must parse, keep every top-level key and entry the original had as it
+    was, and hold the added entries."""
+    try:
+        before = yaml.safe_load(original) or {}
+        after = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise InferError(f"{path}: the result would not parse ({exc})") from None
+    old_tools: Mapping[str, Any] = before.get("tools") or {}
+    new_tools: Mapping[str, Any] = after.get("tools") or {}
+    lost = [k for k in before if k != "tools" and before[k] != after.get(k)]
+    lost += [f"tools.{t}" for t, entry in old_tools.items() if new_tools.get(t) != entry]
+    missing = [f"tools.{t}" for t in added if t not in new_tools]
+    if lost or missing:
+        raise InferError(
+            f"{path}: adding to the file would change {', '.join(lost) or 'nothing'} and "
+            f"leave out {', '.join(missing) or 'nothing'}; this is a bug in infer, please "
+            "report it"
+        )
+
+
+def _printable(text: str) -> str:
+    """Characters YAML refuses even in a comment (control characters, from server errors
+    that echo their input), escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def entry_lines(tool: str, entry: Mapping[str, Any], evidence: Sequence[str]) -> list[str]:
@@ -52,9 +98,9 @@ def entry_lines(tool: str, entry: Mapping[str, Any], evidence: Sequence[str]) ->
     dumped = yaml.safe_dump(
         {tool: dict(entry)}, sort_keys=False, default_flow_style=None, width=96, allow_unicode=True
     )
-    return [f"  # {line}" for line in evidence] + [f"  {line}" for line in dumped.splitlines()]
+    return comment_lines(evidence) + [f"  {line}" for line in dumped.splitlines()]
 
 
 def comment_lines(lines: Sequence[str]) -> list[str]:
     """Lines commented out under `tools:` (long ones kept whole: they are read, not parsed)."""
-    return [f"  # {line}".rstrip() for line in lines]
+    return [f"  # {_printable(line)}".rstrip() for line in lines]

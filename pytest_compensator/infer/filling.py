@@ -1,0 +1,186 @@
+"""Arguments of a compensating call as templates: each taken from a field of the call's
+`args`, its `result` or the `snapshot` whose name and type fit (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "Source",
+    "ToolInfo",
+    "expression",
+    "fill",
+    "normal",
+    "schema_types",
+    "sources",
+    "words",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolInfo:
+    """What infer knows of an offered tool without calling it."""
+
+    name: str
+    prefix: str  # "tasks__" (the server's prefix; "" when unprefixed)
+    schema: Mapping[str, Any]  # its inputSchema
+    read_only: bool = False  # annotated readOnlyHint
+    destructive: bool = False  # annotated destructiveHint
+
+    @property
+    def short(self) -> str:
+        return self.name[len(self.prefix) :]
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        properties = self.schema.get("properties")
+        return properties if isinstance(properties, Mapping) else {}
+
+    @property
+    def required(self) -> list[str]:
+        required = self.schema.get("required")
+        return [str(r) for r in required] if isinstance(required, list) else []
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def words(name: str) -> list[str]:
+    """`add_task`, `addTask` and `add-task` -> ["add", "task"]."""
+    return [w.lower() for part in re.split(r"[_\-\s.]+", name) for w in _WORD.findall(part)]
+
+
+def normal(name: str) -> str:
+    return "".join(words(name))
+
+
+def expression(*parts: str) -> str:
+    """A JMESPath to a field: `result.id`, `args."old-name"`."""
+    return ".".join(p if _IDENTIFIER.match(p) else '"' + p.replace('"', '\\"') + '"' for p in parts)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def schema_types(schema: Any) -> set[str] | None:
+    """The JSON types a schema allows; None when it does not say."""
+    if not isinstance(schema, Mapping):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return {kind, "integer"} if kind == "number" else {kind}
+    if isinstance(kind, list):
+        return {str(k) for k in kind} | ({"integer"} if "number" in kind else set())
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            found: set[str] = set()
+            for option in options:
+                inner = schema_types(option)
+                if inner is None:
+                    return None
+                found |= inner
+            return found
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return {_json_type(v) for v in schema["enum"]}
+    return None
+
+
+@dataclass(frozen=True)
+class Source:
+    """A field a compensating call may take a value from: its path and the values seen."""
+
+    path: tuple[str, ...]  # ("result", "id")
+    values: tuple[Any, ...]
+    always: bool = True  # every sample value had this field
+
+    @property
+    def leaf(self) -> str:
+        return normal(self.path[-1])
+
+    def fits(self, schema: Any) -> bool:
+        allowed = schema_types(schema)
+        seen = {_json_type(v) for v in self.values if v is not None}
+        return allowed is None or not seen or seen <= allowed
+
+    @property
+    def object_list(self) -> bool:
+        """A list whose items (in the samples that had any) are objects."""
+        lists = [v for v in self.values if isinstance(v, list)]
+        return len(lists) == len(self.values) and all(
+            isinstance(item, Mapping) for value in lists for item in value
+        )
+
+
+def sources(root: str, values: Iterable[Any], depth: int = 2) -> list[Source]:
+    """Every field of the sample values under `root`, shallow ones first."""
+    collected: dict[tuple[str, ...], list[Any]] = {}
+    parents: dict[tuple[str, ...], int] = {}  # how many sample values were objects there
+
+    def walk(path: tuple[str, ...], value: Any, level: int) -> None:
+        if not isinstance(value, Mapping) or level > depth:
+            return
+        parents[path] = parents.get(path, 0) + 1
+        for key, inner in value.items():
+            collected.setdefault((*path, str(key)), []).append(inner)
+            walk((*path, str(key)), inner, level + 1)
+
+    for value in values:
+        walk((root,), value, 1)
+    ordered = sorted(collected.items(), key=lambda item: len(item[0]))
+    return [
+        Source(path, tuple(found), always=len(found) == parents.get(path[:-1], 0))
+        for path, found in ordered
+    ]
+
+
+def fill(
+    target: ToolInfo, available: Sequence[Source], *, id_from: Sequence[Source] = ()
+) -> dict[str, str] | None:
+    """Arguments for `target` as templates, each taken from the first source whose field has
+    the argument's name and a fitting type; an `...id` argument may take an `id` from
+    `id_from`, and a list of objects the only such list. Optional arguments are filled only
+    when a source names them. None when a required argument finds no source."""
+    filled: dict[str, str] = {}
+    for name, schema in target.properties.items():
+        source = _source_for(name, schema, available, id_from)
+        if source is not None and name not in target.required and not source.always:
+            source = None  # a field only some results have would render null, or the wrong type
+        if source is not None:
+            filled[name] = "{" + expression(*source.path) + "}"
+        elif name in target.required:
+            return None
+    return filled
+
+
+def _source_for(
+    name: str, schema: Any, available: Sequence[Source], id_from: Sequence[Source]
+) -> Source | None:
+    wanted = normal(name)
+    for source in available:
+        if source.leaf == wanted and source.fits(schema):
+            return source
+    if words(name)[-1:] == ["id"]:
+        for source in id_from:
+            if source.leaf == "id" and source.fits(schema):
+                return source
+    if (schema_types(schema) or set()) == {"array"}:
+        lists = [s for s in available if s.object_list and any(s.values)]
+        if len(lists) == 1:
+            return lists[0]
+    return None
