@@ -47,6 +47,7 @@ __all__ = [
     "checked_reads",
     "exercised_tools",
     "left_out",
+    "run_read_check",
     "run_roundtrip",
     "run_state_machine",
 ]
@@ -55,6 +56,7 @@ MAX_SETUP_CALLS = 14
 SETUP_ATTEMPTS = 3  # calls that fail while building a pre-state are retried up to this factor
 MAX_UNDO_DEPTH = 3
 CALL_TRIES = 3  # draws of arguments for a call under test that keeps failing
+READ_CALLS = 3  # calls of a read per example in its own check, each must change nothing
 SEEN_TEXT_LENGTH = 64  # longer strings in results are content, not names worth reusing
 SHOWN_ERRORS = 3  # error texts a "never verified" failure lists
 
@@ -486,6 +488,39 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
     if verified < required_verified(settings):
         raise NeverVerified(
             _never_verified(tool, verified, stats.calls - calls_before, errors.get(tool), settings)
+        )
+
+
+def run_read_check(
+    harness: Harness, tool: str, coverage: Coverage, settings: Settings, *, need: int
+) -> None:
+    """Fresh pre-states, then a few calls of `tool`, each of which must leave the observed
+    state as it was (the Recorder raises PromiseBroken, with the calls, when one does not).
+    `need`: calls that must have worked (for `compensator infer`, a read it knows by name
+    or by experiment only)."""
+    plan = Plan.of(harness, also=[tool])
+
+    def run() -> None:
+        @hypothesis.seed(settings.seed)
+        @hypothesis_settings(settings)
+        @given(data=st.data())
+        def reads(data: st.DataObject) -> None:
+            coverage.examples += 1
+            with harness.example() as driver:
+                recorder = Recorder(driver, coverage, harness.registry, plan)
+                build_pre_state(data, recorder)
+                for _ in range(READ_CALLS):
+                    recorder.call(tool, recorder.draw_args(data, tool))
+
+        reads()
+
+    _replayable(harness, run)
+    stats = coverage.stats(tool)
+    worked = stats.calls - stats.errors
+    if worked < need:
+        raise NeverVerified(
+            f"{tool}: {worked} of its {stats.calls} calls worked, at least {need} required "
+            "before calls that change nothing count as evidence that it only reads"
         )
 
 

@@ -19,10 +19,9 @@ from hypothesis import strategies as st
 from ..checks import (
     Plan,
     Recorder,
-    _replayable,
     build_pre_state,
-    hypothesis_settings,
     required_verified,
+    run_read_check,
     run_roundtrip,
     run_state_machine,
 )
@@ -35,8 +34,6 @@ __all__ = ["Attempt", "FinalCheck", "Prover", "failing_sequence"]
 
 SAMPLE_EXAMPLES = 20
 """Fresh pre-states on which sample calls of a tool show what its results look like."""
-READ_CALLS = 3
-"""Calls of a read candidate per example, each checked to leave the state as it was."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,7 +177,7 @@ class Prover:
                 settings = self._settings(path)
                 if candidate.kind == "read":
                     need = required_verified(settings) if candidate.needs_calls else 0
-                    check_read(harness, tool, coverage, settings, need=need)
+                    run_read_check(harness, tool, coverage, settings, need=need)
                 else:
                     run_roundtrip(harness, tool, coverage, settings)
         except NeverVerified as exc:
@@ -219,7 +216,7 @@ class Prover:
                 on_tool(tool)
                 try:
                     if entry["classification"] == "read":
-                        check_read(harness, tool, result.coverage, settings, need=0)
+                        run_read_check(harness, tool, result.coverage, settings, need=0)
                     else:
                         run_roundtrip(harness, tool, result.coverage, settings)
                 except Exception as exc:
@@ -272,35 +269,3 @@ def _kept_sections(config: Path) -> dict[str, Any]:
     """The person's `defaults:`, which an `include:` does not carry over."""
     raw = yaml.safe_load(config.read_text()) or {}
     return {"defaults": raw["defaults"]} if isinstance(raw, dict) and raw.get("defaults") else {}
-
-
-def check_read(
-    harness: Harness, tool: str, coverage: Coverage, settings: Settings, *, need: int
-) -> None:
-    """Fresh pre-states, then a few calls of `tool`, each of which must leave the observed
-    state as it was (the Recorder raises PromiseBroken, with the calls, when one does not).
-    `need`: calls that must have worked, for a read known by experiment only."""
-    plan = Plan.of(harness, also=[tool])
-
-    def run() -> None:
-        @hypothesis.seed(settings.seed)
-        @hypothesis_settings(settings)
-        @given(data=st.data())
-        def reads(data: st.DataObject) -> None:
-            coverage.examples += 1
-            with harness.example() as driver:
-                recorder = Recorder(driver, coverage, harness.registry, plan)
-                build_pre_state(data, recorder)
-                for _ in range(READ_CALLS):
-                    recorder.call(tool, recorder.draw_args(data, tool))
-
-        reads()
-
-    _replayable(harness, run)
-    stats = coverage.stats(tool)
-    worked = stats.calls - stats.errors
-    if worked < need:
-        raise NeverVerified(
-            f"{tool}: {worked} of its {stats.calls} calls worked, at least {need} required "
-            "before calls that change nothing count as evidence that it only reads"
-        )
