@@ -204,7 +204,9 @@ class Harness:
         self._count += 1
         workdir = self.base_dir / f"example-{self._count}"
         workdir.mkdir(parents=True)
-        db = workdir / "journal.db"
+        # Beside the workdir, not in it: the servers own that folder (a filesystem server
+        # serves it), and a call drawn at random must not overwrite the journal.
+        db = self.base_dir / f"journal-{self._count}.db"
         log_path = self.base_dir / f"proxy-{self._count}.log"
         log = stack.enter_context(log_path.open("w"))
         env = example_environment(workdir, self.env)

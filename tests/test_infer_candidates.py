@@ -24,6 +24,7 @@ from pytest_compensator.infer.candidates import (
     words,
 )
 from pytest_compensator.infer.proof import Attempt
+from pytest_compensator.infer.quarantine import quarantine_candidates
 
 
 def tool(name: str, required: dict[str, Any] | None = None, **optional: Any) -> ToolInfo:
@@ -279,3 +280,43 @@ def test_a_tool_whose_random_calls_mostly_fail_gets_the_ones_that_worked_as_exam
         "test": {"examples": [{"id": 1, "title": "a"}, {"id": 2, "title": "b"}]},
     }
     assert found.summary == "read (test.examples from 3 of 9 sample calls)"
+
+
+def test_without_a_delete_tool_what_a_call_made_is_moved_into_the_trash():
+    write = tool("write_file", {"path": "string", "content": "string"})
+    read = tool("read_text_file", {"path": "string"})
+    mkdir = tool("create_directory", {"path": "string"})
+    move = tool("move_file", {"source": "string", "destination": "string"})
+    servers = offered(write, read, mkdir, move)
+    samples = Samples(
+        args=[{"path": "a", "content": "1"}],
+        results=["Successfully wrote to a"],
+        snapshots={"s__read_text_file": [{"content": "0"}]},
+        after={"s__read_text_file": [{"content": "1"}]},
+    )
+    (found,) = quarantine_candidates(write, servers, [read], samples)
+    assert found.entry["snapshot_tool"] == "s__read_text_file"
+    back, make, away = found.entry["inverse"]
+    assert back == {
+        "tool": "s__write_file",
+        "args": {"path": "{args.path}", "content": "{snapshot.content}"},
+        "when": "!snapshot_error",
+    }
+    assert make == {
+        "tool": "s__create_directory",
+        "args": {"path": ".trash"},
+        "when": "snapshot_error",
+    }
+    assert away["args"] == {
+        "source": "{args.path}",
+        "destination": "{join('', ['.trash/', to_string(change.id), '-', "
+        "regex(args.path, '[^/]+$')])}",
+    }
+    # The folder maker itself: nothing to write back, an existing folder was left alone.
+    (made,) = quarantine_candidates(mkdir, servers, [read], Samples(args=[{"path": "d"}]))
+    assert [step["tool"] for step in made.entry["inverse"]] == [
+        "s__create_directory",
+        "s__move_file",
+    ]
+    # A server that can delete needs none of this.
+    assert quarantine_candidates(write, offered(write, read, mkdir), [read], samples) == []

@@ -16,15 +16,18 @@ __all__ = [
     "Samples",
     "ToolInfo",
     "compensable_candidates",
+    "compensable_entry",
     "in_band_failure",
     "looks_creating",
     "looks_read",
     "opposite_tools",
     "read_candidate",
     "reporting_failures",
+    "restores",
     "reversible_candidates",
     "snapshot_tools",
     "words",
+    "writers",
 ]
 
 READ_VERBS = frozenset(
@@ -126,6 +129,14 @@ class Samples:
     args: list[dict[str, Any]] = field(default_factory=list)
     results: list[Any] = field(default_factory=list)
     snapshots: dict[str, list[Any]] = field(default_factory=dict)
+    after: dict[str, list[Any]] = field(default_factory=dict)
+    """What each possible snapshot tool returned just after the call: the shape of what it
+    reads, even where nothing existed before the call (a new file)."""
+
+    def shapes(self, read: str) -> list[Any]:
+        """Values of a snapshot tool, before calls and after them."""
+        return [*self.snapshots.get(read, []), *self.after.get(read, [])]
+
     calls: int = 0
     failed: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # the failed calls' texts
@@ -270,23 +281,24 @@ def compensable_candidates(
     update / restore ... tools), and for a snapshot holding an object and a list of objects
     (a task and its subtasks) the two-step shape for cascades."""
     arg_sources = sources("args", samples.args)
-    writers = _writers(tool, offered)
+    ranked = writers(tool, offered)
     out: list[Candidate] = []
     for read, filling in snapshot_tools(tool, reads):
         snapshot_args = {r: "{" + expression("args", own) + "}" for r, own in filling.items()}
-        values = samples.snapshots.get(read.name, [])
-        if not values:
-            continue
-        snap = sources("snapshot", values)
-        for writer in writers:
+        if not samples.snapshots.get(read.name):
+            continue  # never read before a call: a snapshot would fail every time
+        snap = sources("snapshot", samples.shapes(read.name))
+        for writer in ranked:
             args = fill(writer, [*snap, *arg_sources])
-            if args is not None and _restores(args):
-                out.append(_compensable(read, snapshot_args, [{"tool": writer.name, "args": args}]))
-        out += _cascades(read, snapshot_args, snap, writers)
+            if args is not None and restores(args):
+                out.append(
+                    compensable_entry(read, snapshot_args, [{"tool": writer.name, "args": args}])
+                )
+        out += _cascades(read, snapshot_args, snap, ranked)
     return out[:MAX_COMPENSABLE]
 
 
-def _writers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
+def writers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
     ranked = [tool]
     for verb in RESTORE_VERBS:
         for other in offered.values():
@@ -296,7 +308,7 @@ def _writers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
     return ranked
 
 
-def _restores(args: Mapping[str, str]) -> bool:
+def restores(args: Mapping[str, str]) -> bool:
     """Whether a write takes something other than an identity (an id, a path, a name) from
     the snapshot: else it only repeats the call on the same thing."""
     return any(
@@ -323,7 +335,7 @@ def _cascades(
         inner = [s for s in snap if s.path[:2] == obj.path and len(s.path) == 3]
         for first in writers:
             first_args = fill(first, inner)
-            if not first_args or not _restores(first_args):
+            if not first_args or not restores(first_args):
                 continue
             for listed in lists:
                 for second in writers:
@@ -338,10 +350,12 @@ def _cascades(
                             "when": f"length({expression(*listed.path)}) > `0`",
                         },
                     ]
-                    yield _compensable(read, snapshot_args, steps)
+                    yield compensable_entry(read, snapshot_args, steps)
 
 
-def _compensable(read: ToolInfo, snapshot_args: dict[str, str], steps: list[dict]) -> Candidate:
+def compensable_entry(
+    read: ToolInfo, snapshot_args: dict[str, str], steps: list[dict], shape: str = ""
+) -> Candidate:
     entry: dict[str, Any] = {
         "classification": "compensable",
         "snapshot_tool": read.name,
@@ -351,7 +365,8 @@ def _compensable(read: ToolInfo, snapshot_args: dict[str, str], steps: list[dict
         entry |= {"inverse_tool": steps[0]["tool"], "inverse_args": steps[0]["args"]}
     else:
         entry["inverse"] = steps
-    summary = f"compensable: snapshot {_call(read.name, snapshot_args)}, then {_steps(steps)}"
+    kind = f"compensable ({shape})" if shape else "compensable"
+    summary = f"{kind}: snapshot {_call(read.name, snapshot_args)}, then {_steps(steps)}"
     return Candidate(kind="compensable", entry=entry, summary=summary)
 
 

@@ -34,6 +34,7 @@ from .candidates import (
 )
 from .outcomes import Outcome, Report
 from .proof import Prover, failing_sequence
+from .quarantine import quarantine_candidates
 from .writing import InferError
 
 __all__ = ["Inference", "Outcome", "Report"]
@@ -283,6 +284,7 @@ class Inference:
             outcome.seconds += time.perf_counter() - began
         candidates = reversible_candidates(tool, self.tools, samples)
         candidates += compensable_candidates(tool, self.tools, self.reads.values(), samples)
+        candidates += quarantine_candidates(tool, self.tools, self.reads.values(), samples)
         candidates = reporting_failures(candidates, samples)
         # A candidate that was never verified (its calls failed) may do better now.
         tried = {a.candidate.summary for a in outcome.attempts if a.outcome != "never verified"}

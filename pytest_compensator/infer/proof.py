@@ -152,6 +152,10 @@ class Prover:
                     samples.results.append(reply.value)
                     for name, value in before.items():
                         samples.snapshots.setdefault(name, []).append(value)
+                    for read, filling in snapshots:
+                        after = driver.call(read.name, {r: args.get(o) for r, o in filling.items()})
+                        if not after.is_error:
+                            samples.after.setdefault(read.name, []).append(after.value)
 
             sample()
         return samples
