@@ -149,7 +149,7 @@ class Candidate:
     kind: str  # read, reversible or compensable
     entry: dict[str, Any]
     summary: str
-    needs_calls: bool = False  # a read proven only if some of its calls worked
+    needs_calls: int = 0  # a read's calls that must have worked (-1: --min-verified)
 
 
 def looks_read(tool: ToolInfo) -> bool:
@@ -189,7 +189,8 @@ def opposite_tools(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[Tool
 
 def read_candidate(tool: ToolInfo, *, experiment: bool = False, probe: bool = False) -> Candidate:
     """`read`. Annotated readOnlyHint or called by a probe, it is checked only to change
-    nothing; known by name or by experiment only, some of its calls must also have worked."""
+    nothing; known by its name only, one of its calls must also have worked; known by
+    experiment only, as many as a round trip needs undos (--min-verified)."""
     if experiment:
         why = "its calls never changed the state"
     elif probe:
@@ -200,7 +201,7 @@ def read_candidate(tool: ToolInfo, *, experiment: bool = False, probe: bool = Fa
         kind="read",
         entry={"classification": "read"},
         summary=f"read ({why})",
-        needs_calls=experiment or not (probe or tool.read_only),
+        needs_calls=-1 if experiment else int(not (probe or tool.read_only)),
     )
 
 

@@ -180,7 +180,8 @@ class Prover:
                 harness.offered_tools()
                 settings = self._settings(path)
                 if candidate.kind == "read":
-                    need = required_verified(settings) if candidate.needs_calls else 0
+                    need = candidate.needs_calls
+                    need = required_verified(settings) if need < 0 else need
                     run_read_check(harness, tool, coverage, settings, need=need)
                 else:
                     run_roundtrip(harness, tool, coverage, settings)
