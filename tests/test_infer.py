@@ -16,7 +16,9 @@ import yaml
 from compensator.registry import load_registry
 from pytest_compensator.harness import example_environment
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, REGISTRIES, third_party_servers
+
+FS_SERVER = "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
 SEED = "7"
 
@@ -170,3 +172,29 @@ def test_bad_invocations_say_what_to_fix(tmp_path: Path) -> None:
     run = infer(config, "--examples", "0")
     assert run.returncode == 1 and "--examples must be at least 1" in run.stderr
     assert config.read_text() == SERVERS_STATE_RESET
+
+
+@pytest.mark.thorough  # about two minutes: infer, then the plugin, on the filesystem server
+def test_a_server_that_cannot_delete_gets_new_files_moved_into_the_trash(
+    tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers = third_party_servers(FS_SERVER, node=True)
+    monkeypatch.setenv("COMPENSATOR_SERVERS", str(servers))
+    shipped = (REGISTRIES / "filesystem.yaml").read_text()
+    config = tmp_path / "filesystem.yaml"
+    config.write_text(shipped[: shipped.index("\ntools:")] + "\n")  # servers and state only
+    run = infer(config, "--tool", "fs__write_file", "--seed", SEED, "--examples", "25", "--json")
+    write = summary(run)["tools"]["fs__write_file"]
+    assert write["status"] == "proven", write["attempts"]
+    assert write["attempts"][-1]["candidate"].startswith("compensable (quarantine)")
+    steps = write["entry"]["inverse"]
+    assert [(s["tool"], s["when"]) for s in steps] == [
+        ("fs__write_file", "!snapshot_error"),
+        ("fs__create_directory", "snapshot_error"),
+        ("fs__move_file", "snapshot_error"),
+    ]
+    assert written_entries(config)["fs__write_file"] == write["entry"]
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)  # load, the round trip, the state machine
