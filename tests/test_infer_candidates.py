@@ -239,7 +239,7 @@ def test_only_proven_entries_are_written_and_server_text_cannot_break_the_file()
     assert '#     s__add(n="\\x07\\x1b")' in text  # escaped, or YAML would refuse the file
     verify_result(original, text, report.entries, path="r.yaml")
     with pytest.raises(InferError, match=r"would change tools\.s__kept"):
-        verify_result(original, text.replace("s__kept: {classification: read}", ""), [], path="r")
+        verify_result(original, text.replace("s__kept: {classification: read}", ""), {}, path="r")
 
 
 def test_the_cli_repeats_the_plugin_defaults_it_shows_in_help():
@@ -312,11 +312,27 @@ def test_without_a_delete_tool_what_a_call_made_is_moved_into_the_trash():
         "destination": "{join('', ['.trash/', to_string(change.id), '-', "
         "regex(args.path, '[^/]+$')])}",
     }
-    # The folder maker itself: nothing to write back, an existing folder was left alone.
-    (made,) = quarantine_candidates(mkdir, servers, [read], Samples(args=[{"path": "d"}]))
+    # The folder maker itself: nothing to write back, an existing folder was left alone. A
+    # file reader fails on the folder the call made, so it would fail on one that existed
+    # too, and undo would move that away: only a read that worked after the call qualifies.
+    info = tool("get_file_info", {"path": "string"})
+    made_samples = Samples(args=[{"path": "d"}], after={"s__get_file_info": [{"type": "d"}]})
+    (made,) = quarantine_candidates(mkdir, servers, [read, info], made_samples)
+    assert made.entry["snapshot_tool"] == "s__get_file_info"
     assert [step["tool"] for step in made.entry["inverse"]] == [
         "s__create_directory",
         "s__move_file",
     ]
-    # A server that can delete needs none of this.
+    # Without a move tool, or with a delete tool, quarantine is not proposed.
     assert quarantine_candidates(write, offered(write, read, mkdir), [read], samples) == []
+    delete = tool("delete_file", {"path": "string"})
+    assert quarantine_candidates(write, {**servers, **offered(delete)}, [read], samples) == []
+
+
+def test_a_tools_section_infer_cannot_extend_is_refused_by_the_loaders_rules():
+    # A quoted key is not found as `tools:`: a second section would be a duplicate key,
+    # which the registry loader refuses, so the check refuses it first.
+    original = '"tools":\n  a: {classification: read}\n'
+    trial = add_to_tools(original, ["  b: {classification: read}"], path="r")
+    with pytest.raises(InferError, match="r: the result would not load"):
+        verify_result(original, trial, {"b": {"classification": "read"}}, path="r", bug=False)

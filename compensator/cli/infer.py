@@ -164,12 +164,17 @@ def infer_registry(
         ),
         report=None,
     )
-    original = config.read_text()
-    add_to_tools(original, ["  # -"], path=str(config))  # can the result be written at all?
+    original = _read(config)
+    # Can the result be written at all? Found out now, not after the run.
+    probe = {"compensator-infer-check": {"classification": "read"}}
+    trial = add_to_tools(
+        original, ["  compensator-infer-check: {classification: read}"], path=str(config)
+    )
+    verify_result(original, trial, probe, path=str(config), bug=False)
     report = Inference(config, settings, budget=budget, only=only, progress=_say).run()
     text = report.text(original, today=datetime.date.today().isoformat())
     verify_result(original, text, report.entries, path=str(config))
-    if config.read_text() != original:
+    if _read(config) != original:
         kept = target.with_name(f"{target.stem}.infer{target.suffix}")
         replace_atomically(kept, text.encode("utf-8"))
         raise CompensatorError(
@@ -178,6 +183,12 @@ def infer_registry(
     replace_atomically(target, text.encode("utf-8"))
     _say(f"wrote {target}")
     return report
+
+
+def _read(path: Path) -> str:
+    """The file's text with its line endings as they are (`read_text` would turn CRLF into
+    LF, and the file would be written back converted)."""
+    return path.read_bytes().decode("utf-8")
 
 
 def _at_least(value: int, minimum: int, name: str) -> int:

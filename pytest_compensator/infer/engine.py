@@ -333,9 +333,14 @@ class Inference:
                 message = f"the check of all entries together could not run: {exc}"
                 raise InferError(message) from exc
             if found.machine and not found.blamed:
+                whose = (
+                    "on entries the file already had"
+                    if found.named
+                    else "without naming a tool (a crash, or a result that differed on replay)"
+                )
                 self.report.warning = (
-                    "the state machine failed on entries the file already had, so the "
-                    f"entries infer proved could not be checked together:\n{found.machine}"
+                    f"the state machine failed {whose}, so the entries infer proved are "
+                    f"written as each one passed alone, not checked together:\n{found.machine}"
                 )
                 self.say(self.report.warning)
                 return
@@ -345,7 +350,13 @@ class Inference:
             taken = found.failed or {found.blamed[0]: f"the state machine failed:\n{found.machine}"}
             for tool, message in taken.items():
                 self.say(f"  {tool} failed with the other entries: taken out")
-                self._take_out(tool, message)
+                self._take_out(
+                    tool, message, "its entry passed alone but failed next to the others"
+                )
+                for other, entry in list(self.report.entries.items()):
+                    if entry.get("snapshot_tool") == tool:  # it must be a proven read
+                        self.say(f"  {other} takes its snapshot with {tool}: taken out")
+                        self._take_out(other, message, f"its snapshot tool {tool} was taken out")
 
     def _record_final(self, coverage: Coverage) -> None:
         for outcome in self.report.outcomes.values():
@@ -357,14 +368,14 @@ class Inference:
                     else f"{stats.undone} undos, {stats.verified} verified"
                 )
 
-    def _take_out(self, tool: str, message: str) -> None:
+    def _take_out(self, tool: str, message: str, reason: str) -> None:
         outcome = self.report.outcomes[tool]
         proven = next(a for a in outcome.attempts if a.proven)
         outcome.attempts[outcome.attempts.index(proven)] = replace(
             proven, outcome="failed", failure=message
         )
         outcome.status, outcome.entry = "unclassified", None
-        outcome.reason = "its entry passed alone but failed next to the others"
+        outcome.reason = reason
 
 
 def check_output_folder(config: Path, out: Path) -> None:

@@ -233,6 +233,7 @@ class Prover:
                 run_state_machine(harness, result.coverage, settings)
             except Exception as exc:
                 result.machine = str(exc)
+                result.named = bool(getattr(exc, "tools", ()))
                 result.blamed = [t for t in getattr(exc, "tools", ()) if t in entries]
         return result
 
@@ -245,6 +246,7 @@ class FinalCheck:
     failed: dict[str, str] = field(default_factory=dict)  # round trips and reads that failed
     machine: str = ""  # the state machine's failure
     blamed: list[str] = field(default_factory=list)  # the entries its failing undo involved
+    named: bool = False  # the machine's failure named tools (maybe none of the entries)
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ def quarantine_candidates(
     folder and move the path into it under the change's id; when it worked, write the
     snapshot back (unless the tool only makes folders: an existing one was left alone)."""
     mover, maker, path = _mover(tool, offered), _maker(tool, offered), _path_argument(tool)
-    if mover is None or maker is None or path is None:
+    if mover is None or maker is None or path is None or _deleter(tool, offered):
         return []
     source, destination, move = mover
     away = [
@@ -40,6 +40,10 @@ def quarantine_candidates(
     arg_sources = sources("args", samples.args)
     out: list[Candidate] = []
     for read, filling in snapshot_tools(tool, reads):
+        if not samples.after.get(read.name):
+            # A read that fails even on what the call made (a file reader on a folder) would
+            # fail on what existed before it too, and undo would move that away.
+            continue
         snapshot_args = {r: _template("args", own) for r, own in filling.items()}
         if tool.name == maker.name:
             out.append(compensable_entry(read, snapshot_args, away, "quarantine"))
@@ -82,6 +86,16 @@ def _mover(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> tuple[str, str, T
             if one in names and two in names:
                 return names[one], names[two], other
     return None
+
+
+def _deleter(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> bool:
+    """Whether the server has a tool that deletes by path: then opposites do the job."""
+    return any(
+        other.prefix == tool.prefix
+        and words(other.short)[:1] in (["delete"], ["remove"])
+        and _path_argument(other) is not None
+        for other in offered.values()
+    )
 
 
 def _maker(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> ToolInfo | None:

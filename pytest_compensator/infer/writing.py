@@ -6,12 +6,13 @@ written."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from compensator.errors import CompensatorError
+from compensator.registry.yamlnodes import load_with_lines
 
 __all__ = ["InferError", "add_to_tools", "comment_lines", "entry_lines", "verify_result"]
 
@@ -66,19 +67,28 @@ def add_to_tools(text: str, block: Sequence[str], *, path: str) -> str:
     return "".join(lines[: last + 1] + spacer + added + lines[last + 1 :])
 
 
-def verify_result(original: str, text: str, added: Iterable[str], *, path: str) -> None:
-    """The written text must parse, keep every top-level key and entry the original had as it
-    was, and hold the added entries."""
+def verify_result(
+    original: str, text: str, added: Mapping[str, Any], *, path: str, bug: bool = True
+) -> None:
+    """The written text must parse as the registry loader parses (duplicate keys refused),
+    keep every top-level key and entry the original had as it was, and hold the added
+    entries as they were proven."""
     try:
-        before = yaml.safe_load(original) or {}
-        after = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise InferError(f"{path}: the result would not parse ({exc})") from None
+        before = load_with_lines(original, path)[0] or {}
+        after = load_with_lines(text, path)[0] or {}
+    except CompensatorError as exc:
+        raise InferError(f"{path}: the result would not load ({exc})") from None
     old_tools: Mapping[str, Any] = before.get("tools") or {}
     new_tools: Mapping[str, Any] = after.get("tools") or {}
     lost = [k for k in before if k != "tools" and before[k] != after.get(k)]
     lost += [f"tools.{t}" for t, entry in old_tools.items() if new_tools.get(t) != entry]
-    missing = [f"tools.{t}" for t in added if t not in new_tools]
+    missing = [f"tools.{t}" for t, entry in added.items() if new_tools.get(t) != entry]
+    if (lost or missing) and not bug:
+        raise InferError(
+            f"{path}: infer cannot add entries to this file's `tools:` section (it would "
+            f"change {', '.join(lost) or 'nothing'}). Fix: write `tools:` as a block mapping "
+            "at the margin, each entry on its own lines, indented by two or more spaces."
+        )
     if lost or missing:
         raise InferError(
             f"{path}: adding to the file would change {', '.join(lost) or 'nothing'} and "
