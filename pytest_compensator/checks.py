@@ -219,7 +219,10 @@ class Recorder:
 
     def _learn(self, value: Any) -> None:
         self.seen_ids.update(_ids(value))
-        self.seen_text.update(_texts(value))
+        # The journal lives in the servers' folder, so a filesystem server lists it: its name
+        # is never offered as an argument, or a random write would overwrite the journal.
+        journal = self.driver.db.name
+        self.seen_text.update(text for text in _texts(value) if journal not in text)
 
     def draw_args(self, data: st.DataObject, tool: str) -> dict[str, Any]:
         """Draw arguments; integers may be swapped for ids, and plain strings for strings,

@@ -31,8 +31,7 @@ def proxy_factory(tmp_path: Path) -> Callable[..., AbstractAsyncContextManager[P
         workdir.mkdir(parents=True)
         full_env = example_environment(workdir, env)
         registry = load_registry(Path(config), full_env)
-        # Beside the workdir, not in it: the servers own that folder.
-        journal = Path(db) if db is not None else tmp_path / f"compensator-{number}.db"
+        journal = Path(db) if db is not None else workdir / "journal.db"
         with (tmp_path / f"compensator-{number}.log").open("w") as log:
             async with launch_proxy(
                 config, journal, env=full_env, stderr=log, registry=registry

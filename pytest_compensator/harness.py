@@ -164,10 +164,16 @@ class Harness:
     """
 
     def __init__(
-        self, config: Path, *, base_dir: Path | None = None, env: Mapping[str, str] | None = None
+        self,
+        config: Path,
+        *,
+        base_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        journal_beside: bool = False,
     ) -> None:
         self.config = config
         self.env = dict(env or {})
+        self.journal_beside = journal_beside
         # A folder made here is removed on close: its journals hold snapshots of whatever the
         # servers returned. A folder the caller gave stays theirs.
         self._owns_base_dir = base_dir is None
@@ -204,9 +210,13 @@ class Harness:
         self._count += 1
         workdir = self.base_dir / f"example-{self._count}"
         workdir.mkdir(parents=True)
-        # Beside the workdir, not in it: the servers own that folder (a filesystem server
-        # serves it), and a call drawn at random must not overwrite the journal.
+        # `compensator infer` keeps it beside the workdir: a filesystem server serves that
+        # folder, and infer's random paths must not overwrite the journal. The plugin keeps
+        # it inside, as it always has (moving it changes what the probes of a server like
+        # that show, and so every seeded run of such a registry).
         db = self.base_dir / f"journal-{self._count}.db"
+        if not self.journal_beside:
+            db = workdir / "journal.db"
         log_path = self.base_dir / f"proxy-{self._count}.log"
         log = stack.enter_context(log_path.open("w"))
         env = example_environment(workdir, self.env)

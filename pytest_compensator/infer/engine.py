@@ -126,7 +126,7 @@ class Inference:
 
     def _propose_state(self) -> None:
         """No `state:`: nothing can be proven. Propose probes for the person to review."""
-        with Harness(self.prover.registry_file({})) as harness:
+        with Harness(self.prover.registry_file({}), journal_beside=True) as harness:
             harness.start()
             registry = harness.registry
             self._offered(registry, harness)
@@ -143,7 +143,7 @@ class Inference:
     # -- inference ------------------------------------------------------------------------
 
     def _infer(self, registry: Registry) -> None:
-        with Harness(self.prover.registry_file({})) as harness:
+        with Harness(self.prover.registry_file({}), journal_beside=True) as harness:
             harness.offered_tools()
             self._offered(registry, harness)
         reset = {call.tool for call in registry.reset}

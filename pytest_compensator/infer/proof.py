@@ -116,7 +116,7 @@ class Prover:
         from `entries`, reading each possible snapshot just before: what its calls take and
         give back, for filling the arguments of candidates."""
         samples = Samples()
-        with Harness(self.registry_file(entries)) as harness:
+        with Harness(self.registry_file(entries), journal_beside=True) as harness:
             harness.offered_tools()
             plan = Plan.of(harness, also=[tool])
 
@@ -176,7 +176,7 @@ class Prover:
         began = time.perf_counter()
         outcome, failure = "proven", ""
         try:
-            with _shrinking(shrink), Harness(path) as harness:
+            with _shrinking(shrink), Harness(path, journal_beside=True) as harness:
                 harness.offered_tools()
                 settings = self._settings(path)
                 if candidate.kind == "read":
@@ -215,7 +215,7 @@ class Prover:
         path = self.registry_file(entries)
         settings = replace(settings, config=path)
         result = FinalCheck(coverage=Coverage())
-        with Harness(path) as harness:
+        with Harness(path, journal_beside=True) as harness:
             harness.offered_tools()
             for tool, entry in entries.items():
                 on_tool(tool)
