@@ -516,3 +516,10 @@ def test_fail_inside_a_template_stops_rendering() -> None:
     assert template.render({"args": {"q": "x"}}) == {"q": "x"}
     with pytest.raises(ExpressionError, match=r"^no query$"):
         template.render({"args": {}})
+
+
+def test_a_pattern_with_flags_not_at_the_start_is_refused_on_every_python():
+    # Python 3.10 only warns (a DeprecationWarning, an error under the test settings); 3.11
+    # and later refuse it: the registry refuses it alike, with its located message.
+    with pytest.raises(ExpressionError, match=r"regex\(\) pattern is not a valid regular"):
+        compile_expression("regex(args.x, 'a(?m)^b')", where="tools.t.when")

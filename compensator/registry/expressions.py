@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -446,8 +447,13 @@ def _check_pattern(name: str, node: dict[str, Any], shown: str, where: str) -> N
     if node["type"] != "literal" or not isinstance(node["value"], str):
         return
     try:
-        re.compile(node["value"])
-    except re.error as exc:
+        # Python 3.10 only warns about what later versions refuse (flags not at the start,
+        # possible set operations): refused here on every version alike.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            warnings.simplefilter("error", FutureWarning)
+            re.compile(node["value"])
+    except (re.error, DeprecationWarning, FutureWarning) as exc:
         detail = f"{name}() pattern is not a valid regular expression ({exc})"
         raise _error(shown, where, detail, "Fix the pattern (Python `re` syntax)") from None
 
