@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .filling import Source, ToolInfo, expression, fill, normal, sources, words
+from .filling import Source, ToolInfo, expression, fill, normal, sources, template, words
 
 __all__ = [
     "Candidate",
@@ -237,11 +237,11 @@ def reversible_candidates(
 def _swapped(tool: ToolInfo) -> dict[str, str]:
     """The call again with the ends of each swap pair exchanged (none: the same arguments)."""
     names = {normal(n): n for n in tool.properties}
-    args = {name: "{" + expression("args", name) + "}" for name in tool.required}
+    args = {name: template("args", name) for name in tool.required}
     for one, other in _SWAPS:
         if one in names and other in names:
-            args[names[one]] = "{" + expression("args", names[other]) + "}"
-            args[names[other]] = "{" + expression("args", names[one]) + "}"
+            args[names[one]] = template("args", names[other])
+            args[names[other]] = template("args", names[one])
     return args
 
 
@@ -285,7 +285,7 @@ def compensable_candidates(
     ranked = writers(tool, offered)
     out: list[Candidate] = []
     for read, filling in snapshot_tools(tool, reads):
-        snapshot_args = {r: "{" + expression("args", own) + "}" for r, own in filling.items()}
+        snapshot_args = {r: template("args", own) for r, own in filling.items()}
         if not samples.snapshots.get(read.name):
             continue  # never read before a call: a snapshot would fail every time
         snap = sources("snapshot", samples.shapes(read.name))

@@ -16,6 +16,7 @@ __all__ = [
     "normal",
     "schema_types",
     "sources",
+    "template",
     "words",
 ]
 
@@ -149,6 +150,11 @@ def sources(root: str, values: Iterable[Any], depth: int = 2) -> list[Source]:
     ]
 
 
+def template(*path: str) -> str:
+    """A whole-value template of a field: `{result.id}` renders the id itself."""
+    return "{" + expression(*path) + "}"
+
+
 def fill(
     target: ToolInfo, available: Sequence[Source], *, id_from: Sequence[Source] = ()
 ) -> dict[str, str] | None:
@@ -162,7 +168,7 @@ def fill(
         if source is not None and name not in target.required and not source.always:
             source = None  # a field only some results have would render null, or the wrong type
         if source is not None:
-            filled[name] = "{" + expression(*source.path) + "}"
+            filled[name] = template(*source.path)
         elif name in target.required:
             return None
     return filled

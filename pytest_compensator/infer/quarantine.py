@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .candidates import Candidate, Samples, compensable_entry, restores, snapshot_tools, writers
-from .filling import ToolInfo, expression, fill, normal, sources, words
+from .filling import ToolInfo, expression, fill, normal, sources, template, words
 
 __all__ = ["TRASH", "quarantine_candidates"]
 
@@ -33,7 +33,7 @@ def quarantine_candidates(
         {"tool": maker.name, "args": {_path_argument(maker): TRASH}, "when": "snapshot_error"},
         {
             "tool": move.name,
-            "args": {source: _template("args", path), destination: _trash_path(path)},
+            "args": {source: template("args", path), destination: _trash_path(path)},
             "when": "snapshot_error",
         },
     ]
@@ -44,7 +44,7 @@ def quarantine_candidates(
             # A read that fails even on what the call made (a file reader on a folder) would
             # fail on what existed before it too, and undo would move that away.
             continue
-        snapshot_args = {r: _template("args", own) for r, own in filling.items()}
+        snapshot_args = {r: template("args", own) for r, own in filling.items()}
         if tool.name == maker.name:
             out.append(compensable_entry(read, snapshot_args, away, "quarantine"))
             continue
@@ -55,10 +55,6 @@ def quarantine_candidates(
                 back = {"tool": writer.name, "args": args, "when": "!snapshot_error"}
                 out.append(compensable_entry(read, snapshot_args, [back, *away], "quarantine"))
     return out
-
-
-def _template(*path: str) -> str:
-    return "{" + expression(*path) + "}"
 
 
 def _trash_path(path: str) -> str:
