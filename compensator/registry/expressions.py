@@ -94,6 +94,20 @@ class _Functions(jfun.Functions):
                 found.append(item)
         return found
 
+    @jfun.signature({"types": ["array", "null"]}, {"types": ["expref"]})
+    def _func_first_by(self, items: list[Any] | None, key: Any) -> list[Any]:
+        """The items of the list, each dropped when an earlier one has the same `&key`
+        (null counts as an empty list): the server-memory graph may hold two entities named
+        alike, and its tools always act on the first, so a restore must address only that."""
+        seen: set[str] = set()
+        kept = []
+        for item in items or []:
+            found = json.dumps(key.visit(key.expression, item), sort_keys=True)
+            if found not in seen:
+                seen.add(found)
+                kept.append(item)
+        return kept
+
     @jfun.signature({"types": []})
     def _func_to_json(self, value: Any) -> str:
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
