@@ -67,7 +67,7 @@ def server(name: str = "s", client: str = "claude-code", **fields: Any) -> Clien
         ),
         ("uvx", ["mcp-server-sqlite", "--db-path", "d.db"], "sqlite.yaml"),
         ("/venv/bin/mcp-server-sqlite", ["--db-path", "d.db"], "sqlite.yaml"),
-        ("npx", ["-y", "@modelcontextprotocol/server-memory"], None),
+        ("npx", ["-y", "@modelcontextprotocol/server-memory"], "memory.yaml"),
         ("npx", ["-y", "@someone/server-filesystem-plus"], None),
     ],
 )
@@ -113,6 +113,45 @@ def test_the_data_of_a_known_server_moves_to_the_workdir_under_pytest(tmp_path: 
     assert tests["db"].args == ("mcp-server-sqlite", "--db-path", "/w/x.db")
     assert tests["files"].args[2:] == ("/w", "/w")
     assert "- tool: db__read_query" in text and "- tool: files__directory_tree" in text
+
+
+def test_data_paths_in_env_and_options_move_to_the_workdir_under_pytest(tmp_path: Path) -> None:
+    memory = server(
+        "m",
+        command="npx",
+        args=("-y", "@modelcontextprotocol/server-memory"),
+        env={"MEMORY_FILE_PATH": "/home/u/graph.jsonl", "API_TOKEN": "tok-secret"},
+    )
+    default = server("d", command="npx", args=("-y", "@modelcontextprotocol/server-memory"))
+    other = server(
+        "o",
+        command="uvx",
+        args=("some-server", "--data-dir", "/srv/data", "--db=/srv/x.db", "--mode", "fast"),
+        env={"STORE_PATH": "/var/lib/s", "LOG_LEVEL": "debug", "DB_URL": "pg://h/db"},
+    )
+    servers = {"m": memory, "d": default, "o": other}
+    text = propose(servers, {}, {}, project=tmp_path, home=tmp_path, header="").text
+    assert "tok-secret" not in text
+    # data paths are written out, so nothing needs exporting for them
+    assert variables(servers) == {
+        "m": {"API_TOKEN": "API_TOKEN"},
+        "d": {},
+        "o": {"LOG_LEVEL": "LOG_LEVEL", "DB_URL": "DB_URL"},
+    }
+    environ = {"API_TOKEN": "t", "LOG_LEVEL": "debug", "DB_URL": "pg://h/db"}
+    yours = parse_registry(text, tmp_path / "r.yaml", environ).servers
+    assert yours["m"].env == {"MEMORY_FILE_PATH": "/home/u/graph.jsonl", "API_TOKEN": "t"}
+    # unset, the memory server's own default file: a relative path is taken from its code
+    assert yours["d"].env == {"MEMORY_FILE_PATH": "./memory.jsonl"}
+    assert yours["o"].args[2:5] == ("/srv/data", "--db=/srv/x.db", "--mode")
+    assert yours["o"].env["STORE_PATH"] == "/var/lib/s"
+    tests = parse_registry(
+        text, tmp_path / "r.yaml", {**environ, "COMPENSATOR_WORKDIR": "/w"}
+    ).servers
+    assert tests["m"].env["MEMORY_FILE_PATH"] == "/w/graph.jsonl"
+    assert tests["d"].env == {"MEMORY_FILE_PATH": "/w/memory.jsonl"}
+    assert tests["o"].args[1:] == ("--data-dir", "/w", "--db=/w/x.db", "--mode", "fast")
+    assert tests["o"].env == {"STORE_PATH": "/w", "LOG_LEVEL": "debug", "DB_URL": "pg://h/db"}
 
 
 def test_client_references_are_translated_or_kept_literally(tmp_path: Path) -> None:

@@ -179,6 +179,8 @@ def _values(servers: Mapping[str, ClientServer]) -> dict[str, str]:
     values: dict[str, str] = {}
     for name, server in servers.items():
         for key, value in {**server.env, **server.headers}.items():
+            if key not in names[name]:
+                continue  # a data path: written out in the registry, no variable
             # Claude Code expands ${VAR} in these values itself; the other clients do not.
             expand = server.source.client == "claude-code"
             values[names[name][key]] = os.path.expandvars(value) if expand else value
@@ -194,7 +196,9 @@ Written by `compensator init` from the MCP servers your clients start. Read it b
   Classify it yourself (docs/writing-a-registry.md); init never guesses an inverse.
 Values from the clients' env and headers are ${VAR} references here, so no secret is written
 to this file: export them to run `compensator check`; `compensator wire` passes them to the
-proxy from the clients' own configuration."""
+proxy from the clients' own configuration. Data paths (a database file, a data folder) are
+written as ${COMPENSATOR_WORKDIR:-yours}: the proxy uses yours, while `pytest
+--compensator-config` and `compensator infer` work in a temporary folder of their own."""
 
 
 def _summary(proposal: Proposal, collected: Collected, output: Path, sources: list[Any]) -> str:

@@ -166,7 +166,8 @@ def _wiring(
                 name = collected.names[(source, client_name)]
                 server = collected.servers[name]
                 for key, value in {**server.env, **server.headers}.items():
-                    env[names[name][key]] = value
+                    if key in names[name]:  # a data path is written out in the registry
+                        env[names[name][key]] = value
             text = wired(text, source, moved, proxy_entry(config, env))
             _warn_missing(source, needed - set(env))
         if text != old.decode("utf-8"):

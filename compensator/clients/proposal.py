@@ -25,6 +25,7 @@ __all__ = [
     "SHIPPED",
     "Proposal",
     "ServerReport",
+    "data_path",
     "matching_registry",
     "propose",
     "variables",
@@ -32,6 +33,7 @@ __all__ = [
 
 SHIPPED = {
     "filesystem.yaml": "@modelcontextprotocol/server-filesystem",
+    "memory.yaml": "@modelcontextprotocol/server-memory",
     "sqlite.yaml": "mcp-server-sqlite",
 }
 """The registries in compensator/registries/ and the package each one is for."""
@@ -60,7 +62,8 @@ def _shipped(file: str) -> dict[str, Any]:
 
 def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
     """For each server, its env (and header) names -> the `${VAR}` name the registry uses:
-    the env name itself unless another server sets it to something else, then SERVER_NAME."""
+    the env name itself unless another server sets it to something else, then SERVER_NAME.
+    A data path in `env:` is no variable: it is written out, redirected (`data_path`)."""
     values: dict[str, set[str]] = {}
     for server in servers.values():
         for key, value in server.env.items():
@@ -70,7 +73,8 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
         own = _upper(registry_name)
         names[registry_name] = {
             key: key if len(values[key]) == 1 and _plain(key) else f"{own}_{_upper(key)}"
-            for key in server.env
+            for key, value in server.env.items()
+            if data_path(key, value) is None
         }
         names[registry_name].update({key: f"{own}_{_upper(key)}" for key in server.headers})
     return names
@@ -168,6 +172,14 @@ def _server_lines(
     def refs(values: Mapping[str, str]) -> str:
         return "{" + ", ".join(f'{json.dumps(k)}: "${{{names[k]}}}"' for k in values) + "}"
 
+    def env(values: Mapping[str, str]) -> str:
+        shown = [
+            f"{json.dumps(k)}: " + (f'"${{{names[k]}}}"' if k in names else json.dumps(path))
+            for k, v in values.items()
+            for path in [data_path(k, _references(v, server.source.client, project, home))]
+        ]
+        return "{" + ", ".join(shown) + "}"
+
     if server.url is not None:
         out = [f"  url: {text(server.url)}"]
         return out + ([f"  headers: {refs(server.headers)}"] if server.headers else [])
@@ -176,35 +188,80 @@ def _server_lines(
         args = [_references(a, server.source.client, project, home) for a in server.args]
         args = _workdir(matching_registry(server), args)
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
-    if server.env:
-        out.append(f"  env: {refs(server.env)}")
+    values = dict(server.env)
+    if matching_registry(server) == "memory.yaml" and "MEMORY_FILE_PATH" not in values:
+        # Unset, the memory server keeps its graph beside its own code; a relative path is
+        # taken from there too, so `.` in the proxy a client starts is that same file.
+        values["MEMORY_FILE_PATH"] = "./memory.jsonl"
+    if values:
+        out.append(f"  env: {env(values)}")
     if server.cwd:
         out.append(f"  cwd: {text(server.cwd)}")
     return out
 
 
 def _workdir(shipped: str | None, args: list[str]) -> list[str]:
-    """The data a server of a shipped registry works on, as `${COMPENSATOR_WORKDIR:-yours}`:
-    the proxy a client starts uses your folder or database, while `pytest --compensator-config`
-    (which sets COMPENSATOR_WORKDIR to a new temporary folder for each example) never does.
-    The filesystem server's allowed directories follow its package; sqlite's file is
-    `--db-path`'s value. A path with `$` or `}` in it is left alone (it cannot be a default)."""
-
-    def wrapped(path: str, file: str = "") -> str:
-        if "$" in path or "}" in path:
-            return path + file
-        return f"${{COMPENSATOR_WORKDIR:-{path}}}{file}"
-
+    """The data a server works on, redirected (`_redirected`): the filesystem server's allowed
+    directories (the arguments after its package), and the value of any option named for
+    data (`--db-path x.db`, `--data-dir=/d`)."""
     out = list(args)
     if shipped == "filesystem.yaml":
         package = SHIPPED[shipped]
         start = next((i + 1 for i, a in enumerate(args) if package in a), len(args))
-        out[start:] = [a if a.startswith("-") else wrapped(a) for a in args[start:]]
-    elif shipped == "sqlite.yaml" and "--db-path" in args[:-1]:
-        at = args.index("--db-path") + 1
-        folder, _, file = args[at].rpartition("/")
-        out[at] = wrapped(folder or ".", "/" + file)
+        out[start:] = [
+            a if a.startswith("-") else _redirected(a, folder=True) for a in args[start:]
+        ]
+    else:
+        for at, arg in enumerate(args):
+            flag, equals, value = arg.partition("=")
+            if equals and _data_flag(flag):
+                out[at] = f"{flag}={_redirected(value)}"
+            elif at and _data_flag(args[at - 1]) and not arg.startswith("-"):
+                out[at] = _redirected(arg)
     return out
+
+
+# Words of an option or environment variable that names where a server keeps its data.
+_DATA_WORDS = frozenset(
+    ["db", "database", "path", "file", "dir", "directory", "data", "store", "storage", "root"]
+)
+# ... and of one that holds a secret, which stays a ${VAR} whatever else its name says.
+_SECRET_WORDS = frozenset(["key", "token", "secret", "password", "auth", "credential"])
+
+
+def _name_words(name: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)}
+
+
+def _data_flag(arg: str) -> bool:
+    found = _name_words(arg)
+    return arg.startswith("-") and bool(found & _DATA_WORDS) and not found & _SECRET_WORDS
+
+
+def _redirected(path: str, *, folder: bool = False) -> str:
+    """A data path as `${COMPENSATOR_WORKDIR:-path}`: the proxy a client starts uses yours,
+    while `pytest --compensator-config` and `compensator infer` (which set COMPENSATOR_WORKDIR
+    to a new temporary folder for each example) never do. A file keeps its name in the
+    folder (`${COMPENSATOR_WORKDIR:-/data}/x.db`); a path with `$` or `}` in it cannot be a
+    default and is left alone."""
+    if "$" in path or "}" in path:
+        return path
+    parent, _, file = path.rstrip("/").rpartition("/")
+    if not folder and "." in file.strip("."):
+        return f"${{COMPENSATOR_WORKDIR:-{parent or '.'}}}/{file}"
+    return f"${{COMPENSATOR_WORKDIR:-{path}}}"
+
+
+def data_path(key: str, value: str) -> str | None:
+    """An `env:` value naming where a server keeps its data, redirected (`_redirected`), or
+    None for any other value (a secret, a mode, a URL), which stays a `${VAR}`."""
+    found = _name_words(key)
+    if not found & _DATA_WORDS or found & _SECRET_WORDS or "://" in value:
+        return None
+    if "/" not in value and "." not in value.strip("."):
+        return None
+    redirected = _redirected(value)
+    return redirected if redirected != value else None
 
 
 _CLIENT_REFERENCE = re.compile(r"\$\{([^}]*)\}")
