@@ -434,6 +434,7 @@ def test_help_names_the_check_command():
 SHIPPED_NEEDS = {
     "filesystem": "npm/node_modules/@modelcontextprotocol/server-filesystem",
     "git": "git/bin/mcp-server-git",
+    "memory": "npm/node_modules/@modelcontextprotocol/server-memory",
     "postgres": "postgres/bin/postgres-mcp",
     "sqlite": "sqlite/bin/mcp-server-sqlite",
 }
@@ -448,7 +449,7 @@ def test_check_is_clean_on_a_shipped_registry(
     tmp_path: Path, request: pytest.FixtureRequest, name: str, needs: str
 ):
     """Every tool the real server offers is classified, and every template fits its schema."""
-    root = third_party_servers(needs, node=name == "filesystem")
+    root = third_party_servers(needs, node=name in ("filesystem", "memory"))
     env = {"COMPENSATOR_SERVERS": str(root), "COMPENSATOR_WORKDIR": str(tmp_path)}
     if name == "postgres":
         env["COMPENSATOR_POSTGRES_URL"] = request.getfixturevalue("postgres_url")
