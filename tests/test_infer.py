@@ -147,7 +147,7 @@ def test_tools_nothing_survives_for_stay_comments_never_entries(tmp_path: Path) 
 def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path) -> None:
     config = tmp_path / "tasks.yaml"
     config.write_text(SERVERS_STATE_RESET.split("\nstate:")[0] + "\n")
-    run = infer(config, "--seed", SEED)
+    run = infer(config, "--seed", SEED, "--no-auto-probes")
     assert run.returncode == 1, run.stderr
     assert "no state: section, so nothing can be proven" in run.stderr
     assert "review them and run infer again" in run.stdout

@@ -24,6 +24,7 @@ from pytest_compensator.infer.candidates import (
     words,
 )
 from pytest_compensator.infer.proof import Attempt
+from pytest_compensator.infer.writing import add_to_state
 from pytest_compensator.infer.quarantine import quarantine_candidates
 
 
@@ -336,3 +337,85 @@ def test_a_tools_section_infer_cannot_extend_is_refused_by_the_loaders_rules():
     trial = add_to_tools(original, ["  b: {classification: read}"], path="r")
     with pytest.raises(InferError, match="r: the result would not load"):
         verify_result(original, trial, {"b": {"classification": "read"}}, path="r", bug=False)
+
+
+def memory_tools() -> dict[str, ToolInfo]:
+    """server-memory's batch tools, with the array schemas it lists."""
+    entity = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "entityType": {"type": "string"},
+            "observations": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "entityType", "observations"],
+    }
+    deletion = {
+        "type": "object",
+        "properties": {
+            "entityName": {"type": "string"},
+            "observations": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["entityName", "observations"],
+    }
+    addition = {
+        "type": "object",
+        "properties": {
+            "entityName": {"type": "string"},
+            "contents": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["entityName", "contents"],
+    }
+
+    def batch(name: str, key: str, items: dict[str, Any]) -> ToolInfo:
+        schema = {
+            "type": "object",
+            "properties": {key: {"type": "array", "items": items}},
+            "required": [key],
+        }
+        return ToolInfo(name=f"m__{name}", prefix="m__", schema=schema)
+
+    return offered(
+        batch("create_entities", "entities", entity),
+        batch("delete_entities", "entityNames", {"type": "string"}),
+        batch("add_observations", "observations", addition),
+        batch("delete_observations", "deletions", deletion),
+    )
+
+
+def test_a_batch_inverse_takes_the_created_objects_keys_through_a_projection():
+    tools = memory_tools()
+    created = {"name": "a", "entityType": "t", "observations": ["x"]}
+    samples = Samples(args=[{"entities": [created]}], results=[{"entities": [created]}])
+    found = reversible_candidates(tools["m__create_entities"], tools, samples)
+    assert found, "create_entities/delete_entities are opposites (plural nouns)"
+    first = found[0].entry
+    assert first["inverse_tool"] == "m__delete_entities"
+    assert first["inverse_args"] == {"entityNames": "{result.entities[*].name}"}
+
+
+def test_nested_items_are_re_keyed_from_what_the_result_says_was_added():
+    tools = memory_tools()
+    added = [{"entityName": "a", "addedObservations": ["x"]}]
+    samples = Samples(
+        args=[{"observations": [{"entityName": "a", "contents": ["x"]}]}],
+        results=[{"results": added}],
+    )
+    found = reversible_candidates(tools["m__add_observations"], tools, samples)
+    assert found
+    assert found[0].entry["inverse_args"] == {
+        "deletions": "{result.results[*].{entityName: entityName, "
+        "observations: addedObservations}}"
+    }
+
+
+def test_chosen_probes_join_the_state_section_or_make_one_before_tools():
+    probe = {"tool": "m__read_graph", "select": "entities", "unordered": True}
+    with_state = "servers: {}\nstate:\n  - tool: other\ntools:\n  a: {classification: read}\n"
+    added = add_to_state(with_state, [probe], path="r.yaml")
+    assert yaml.safe_load(added)["state"] == [{"tool": "other"}, probe]
+    assert added.endswith("tools:\n  a: {classification: read}\n")
+    without = "servers: {}\ntools:\n  a: {classification: read}\n"
+    made = add_to_state(without, [probe], path="r.yaml")
+    assert yaml.safe_load(made)["state"] == [probe]
+    assert made.index("state:") < made.index("tools:")

@@ -86,6 +86,12 @@ def add_infer_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"steps per state-machine example, as --compensator-steps (default {DEFAULT_STEPS})",
     )
     parser.add_argument(
+        "--no-auto-probes",
+        action="store_true",
+        help="do not pick state probes for servers that no `state:` probe reads (without "
+        "them nothing of such a server is proven; with none at all, probes are proposed)",
+    )
+    parser.add_argument(
         "--min-verified",
         type=int,
         default=DEFAULT_MIN_VERIFIED,
@@ -108,6 +114,7 @@ def run_infer(args: argparse.Namespace) -> int:
             examples=args.examples,
             steps=args.steps,
             min_verified=args.min_verified,
+            auto_probes=not args.no_auto_probes,
         )
     except CompensatorError as exc:
         print(f"compensator infer: {exc}", file=sys.stderr)
@@ -118,7 +125,7 @@ def run_infer(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(_summary(report))
+        print(summary_text(report))
     return 1 if report.proposed_state else 0
 
 
@@ -132,6 +139,7 @@ def infer_registry(
     examples: int | None = None,
     steps: int | None = None,
     min_verified: int | None = None,
+    auto_probes: bool = True,
 ) -> Report:
     """Run infer on `config` and write the result to `out` (default: `config` itself)."""
     try:
@@ -171,7 +179,9 @@ def infer_registry(
         original, ["  compensator-infer-check: {classification: read}"], path=str(config)
     )
     verify_result(original, trial, probe, path=str(config), bug=False)
-    report = Inference(config, settings, budget=budget, only=only, progress=_say).run()
+    report = Inference(
+        config, settings, budget=budget, only=only, progress=_say, auto_probes=auto_probes
+    ).run()
     text = report.text(original, today=datetime.date.today().isoformat())
     verify_result(original, text, report.entries, path=str(config))
     if _read(config) != original:
@@ -201,10 +211,9 @@ def _say(line: str) -> None:
     print(f"infer: {line}", file=sys.stderr, flush=True)
 
 
-def _summary(report: Report) -> str:
-    counts: dict[str, list[str]] = {}
-    for tool, outcome in sorted(report.outcomes.items()):
-        counts.setdefault(outcome.status, []).append(tool)
+def summary_text(report: Report) -> str:
+    """What a person reads last: the probes chosen, the tools as the file now has them, and
+    `N of M proven`, one line per tool with its reason."""
     lines = [f"compensator infer: {report.config} in {report.seconds:.0f} s, seed {report.seed}"]
     if report.proposed_state:
         lines.append(
@@ -212,19 +221,21 @@ def _summary(report: Report) -> str:
             "infer again"
         )
         return "\n".join(lines)
-    for status, label in (
-        ("proven", "proven and written"),
-        ("unclassified", "left unclassified (see the comments in the file)"),
-        ("reset", "called by reset: (left unclassified)"),
-        ("kept", "kept as the file had them"),
-    ):
-        tools = counts.get(status, [])
-        if tools:
-            lines.append(f"{plural(len(tools), 'tool')} {label}:")
-            for tool in tools:
-                outcome = report.outcomes[tool]
-                what = outcome.entry["classification"] if outcome.entry else outcome.reason
-                lines.append(f"  {tool}  {what}" if status != "kept" else f"  {tool}")
+    for probe in report.probes:
+        if probe.chosen:
+            lines.append(f"state probe chosen: {probe.tool}: {probe.reason}")
+    kept = sorted(t for t, o in report.outcomes.items() if o.status == "kept")
+    if kept:
+        lines.append(f"{plural(len(kept), 'tool')} kept as the file had them: {', '.join(kept)}")
     if report.warning:
         lines.append(f"warning: {report.warning}")
+    tried = {t: o for t, o in sorted(report.outcomes.items()) if o.status != "kept"}
+    proven = [t for t, o in tried.items() if o.status == "proven"]
+    lines.append(f"{len(proven)} of {len(tried)} proven")
+    for tool, outcome in tried.items():
+        if outcome.status == "proven" and outcome.entry is not None:
+            attempt = next(a for a in outcome.attempts if a.proven)
+            lines.append(f"  {tool}  proven: {attempt.candidate.summary}")
+        else:
+            lines.append(f"  {tool}  not proven: {outcome.reason or outcome.status}")
     return "\n".join(lines)

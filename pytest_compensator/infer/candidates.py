@@ -9,7 +9,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .filling import Source, ToolInfo, expression, fill, normal, sources, template, words
+from .filling import (
+    Source,
+    ToolInfo,
+    expression,
+    fill,
+    normal,
+    singular,
+    sources,
+    template,
+    words,
+)
 
 __all__ = [
     "Candidate",
@@ -77,10 +87,13 @@ itself)."""
 # likeliest first; "un" + verb (complete -> uncomplete) is tried besides.
 _OPPOSITES: dict[str, tuple[str, ...]] = {
     "add": ("remove", "delete"),
-    "remove": ("add",),
+    "remove": ("add", "insert", "create", "put"),
     "create": ("delete", "remove", "drop", "destroy"),
     "insert": ("delete", "remove"),
-    "delete": ("restore", "undelete", "create", "add", "insert"),
+    "delete": ("restore", "undelete", "create", "add", "insert", "put", "set"),
+    "set": ("unset", "delete", "remove", "clear"),
+    "unset": ("set",),
+    "put": ("delete", "remove"),
     "restore": ("delete", "remove"),
     "open": ("close",),
     "close": ("open", "reopen"),
@@ -171,17 +184,21 @@ def opposite_tools(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[Tool
     verb, rest = found[0], found[1:]
     verbs = list(_OPPOSITES.get(verb, ()))
     verbs += [f"un{verb}"] if not verb.startswith("un") else [verb[2:]]
-    by_words = {
-        tuple(words(other.short)): other
-        for other in offered.values()
-        if other.prefix == tool.prefix
-    }
+    by_words: dict[tuple[str, ...], ToolInfo] = {}
+    for other in offered.values():
+        if other.prefix == tool.prefix:
+            # `delete_entity` answers `create_entities`: nouns compared singular
+            by_words.setdefault(_nouns(words(other.short)), other)
     out: list[ToolInfo] = []
     for opposite in verbs:
-        match = by_words.get((opposite, *rest))
+        match = by_words.get(_nouns([opposite, *rest]))
         if match is not None and match not in out:
             out.append(match)
     return out
+
+
+def _nouns(found: Sequence[str]) -> tuple[str, ...]:
+    return tuple(singular(word) if at else word for at, word in enumerate(found))
 
 
 # -- the candidates ------------------------------------------------------------------------
@@ -217,20 +234,28 @@ def reversible_candidates(
         for s in result_sources
         if len(s.path) == 2 and s.values and all(isinstance(v, bool) for v in s.values)
     ]
+    # A tool that makes things answers with what it made (only what was new, where a batch
+    # skips what exists): its inverse is filled from the result first, then from the args.
+    orders = [[*arg_sources, *result_sources]]
+    if looks_creating(tool):
+        orders.insert(0, [*result_sources, *arg_sources])
     out: list[Candidate] = []
     for inverse in opposite_tools(tool, offered):
-        args: dict[str, str] | None
-        if inverse.name == tool.name:
-            args = _swapped(tool)
-        else:
-            args = fill(inverse, [*arg_sources, *result_sources], id_from=result_sources)
-        if args is None:
-            continue
-        for flag in [*flags, None]:
-            step: dict[str, Any] = {"tool": inverse.name, "args": args}
-            if flag is not None:
-                step["when"] = expression("result", flag)
-            out.append(_reversible(step))
+        fillings: list[dict[str, str]] = []
+        for order in orders if inverse.name != tool.name else [[]]:
+            args = (
+                _swapped(tool)
+                if inverse.name == tool.name
+                else fill(inverse, order, id_from=result_sources)
+            )
+            if args is not None and args not in fillings:
+                fillings.append(args)
+        for args in fillings:
+            for flag in [*flags, None]:
+                step: dict[str, Any] = {"tool": inverse.name, "args": args}
+                if flag is not None:
+                    step["when"] = expression("result", flag)
+                out.append(_reversible(step))
     return out
 
 
@@ -257,19 +282,27 @@ def _reversible(step: dict[str, Any]) -> Candidate:
     return Candidate(kind="reversible", entry=entry, summary=f"reversible: {_steps([step])}")
 
 
-def snapshot_tools(tool: ToolInfo, reads: Iterable[ToolInfo]) -> list[tuple[ToolInfo, dict]]:
+def snapshot_tools(
+    tool: ToolInfo, reads: Iterable[ToolInfo], whole: Iterable[str] = ()
+) -> list[tuple[ToolInfo, dict]]:
     """Read tools of the same server whose required arguments the call's own arguments fill
     by name, each with that filling ({its argument: the call's}): the snapshot before the
-    call. Fewest arguments first."""
+    call, fewest arguments first. Then the reads in `whole` (the state probes' tools, which
+    read the server's whole state without arguments): a snapshot of everything, for a tool
+    whose own arguments name what no read takes (the names of entities to delete)."""
     own = {normal(n): n for n in tool.properties}
     found: list[tuple[ToolInfo, dict[str, str]]] = []
+    everything: list[tuple[ToolInfo, dict[str, str]]] = []
     for read in reads:
-        if read.prefix != tool.prefix or read.name == tool.name or not read.required:
+        if read.prefix != tool.prefix or read.name == tool.name:
             continue
-        if all(normal(r) in own for r in read.required):
+        if not read.required:
+            if read.name in whole:
+                everything.append((read, {}))
+        elif all(normal(r) in own for r in read.required):
             found.append((read, {r: own[normal(r)] for r in read.required}))
     found.sort(key=lambda pair: (len(pair[0].required), not looks_read(pair[0])))
-    return found[:MAX_SNAPSHOT_TOOLS]
+    return found[: MAX_SNAPSHOT_TOOLS - min(1, len(everything))] + everything[:1]
 
 
 def compensable_candidates(
@@ -277,6 +310,7 @@ def compensable_candidates(
     offered: Mapping[str, ToolInfo],
     reads: Iterable[ToolInfo],
     samples: Samples,
+    whole: Iterable[str] = (),
 ) -> list[Candidate]:
     """A snapshot read plus writes that put it back: one write (the tool itself, then set /
     update / restore ... tools), and for a snapshot holding an object and a list of objects
@@ -284,11 +318,15 @@ def compensable_candidates(
     arg_sources = sources("args", samples.args)
     ranked = writers(tool, offered)
     out: list[Candidate] = []
-    for read, filling in snapshot_tools(tool, reads):
+    for read, filling in snapshot_tools(tool, reads, whole):
         snapshot_args = {r: template("args", own) for r, own in filling.items()}
         if not samples.snapshots.get(read.name):
             continue  # never read before a call: a snapshot would fail every time
         snap = sources("snapshot", samples.shapes(read.name))
+        if not filling:
+            out += _whole_restores(tool, offered, read, snap)
+            out += _whole_after_inverse(tool, offered, read, snap, samples)
+            continue
         for writer in ranked:
             args = fill(writer, [*snap, *arg_sources])
             if args is not None and restores(args):
@@ -297,6 +335,80 @@ def compensable_candidates(
                 )
         out += _cascades(read, snapshot_args, snap, ranked)
     return out[:MAX_COMPENSABLE]
+
+
+def _whole_restores(
+    tool: ToolInfo, offered: Mapping[str, ToolInfo], read: ToolInfo, snap: list[Source]
+) -> list[Candidate]:
+    """Undo from a snapshot of the whole state: the tool's opposite (`create_entities` for
+    `delete_entities`) filled from the snapshot's lists; then the same followed by every
+    other tool of the server that makes things and takes a list the snapshot holds (the
+    relations that went with deleted entities). Both rely on the server skipping what is
+    still there, which the round trip shows or refutes."""
+    opposites = [o for o in opposite_tools(tool, offered) if o.name != tool.name]
+    makers = _makers(tool, offered)
+    lists = [s for s in snap if len(s.path) == 2 and s.object_list]
+    out: list[Candidate] = []
+    for first in opposites:
+        first_args = fill(first, lists)
+        if not first_args or not restores(first_args):
+            continue
+        steps = [{"tool": first.name, "args": first_args}]
+        out.append(compensable_entry(read, {}, steps, shape="whole state"))
+        used = {v for v in first_args.values()}
+        for other in makers:
+            other_args = fill(other, lists)
+            if other is first or not other_args or set(other_args.values()) & used:
+                continue
+            if not restores(other_args):
+                continue
+            used |= set(other_args.values())
+            steps.append({"tool": other.name, "args": other_args})
+        if len(steps) > 1:
+            out.append(compensable_entry(read, {}, steps, shape="whole state"))
+    return out
+
+
+def _makers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
+    """The server's other tools that make things (by name; not annotated read-only)."""
+    return [
+        o
+        for o in offered.values()
+        if o.prefix == tool.prefix
+        and looks_creating(o)
+        and not o.read_only
+        and not looks_read(o)
+        and o.name != tool.name
+    ]
+
+
+def _whole_after_inverse(
+    tool: ToolInfo,
+    offered: Mapping[str, ToolInfo],
+    read: ToolInfo,
+    snap: list[Source],
+    samples: Samples,
+) -> list[Candidate]:
+    """For a tool that makes things: its opposite on what it made, then the server's other
+    makers filled from a snapshot of the whole state, for what the opposite takes away
+    besides (deleting an entity deletes the relations that named it before it existed)."""
+    if not looks_creating(tool):
+        return []
+    results, arg_sources = sources("result", samples.results), sources("args", samples.args)
+    lists = [s for s in snap if len(s.path) == 2 and s.object_list]
+    out: list[Candidate] = []
+    for inverse in opposite_tools(tool, offered):
+        args = fill(inverse, [*results, *arg_sources], id_from=results)
+        if inverse.name == tool.name or args is None:
+            continue
+        steps = [{"tool": inverse.name, "args": args}]
+        for other in _makers(tool, offered):
+            other_args = fill(other, lists)
+            if other_args and restores(other_args):
+                steps.append({"tool": other.name, "args": other_args})
+        if len(steps) > 1:
+            out.append(compensable_entry(read, {}, steps, shape="whole state"))
+    return out
 
 
 def writers(tool: ToolInfo, offered: Mapping[str, ToolInfo]) -> list[ToolInfo]:
@@ -357,11 +469,9 @@ def _cascades(
 def compensable_entry(
     read: ToolInfo, snapshot_args: dict[str, str], steps: list[dict], shape: str = ""
 ) -> Candidate:
-    entry: dict[str, Any] = {
-        "classification": "compensable",
-        "snapshot_tool": read.name,
-        "snapshot_args": snapshot_args,
-    }
+    entry: dict[str, Any] = {"classification": "compensable", "snapshot_tool": read.name}
+    if snapshot_args:
+        entry["snapshot_args"] = snapshot_args
     if len(steps) == 1 and "when" not in steps[0]:
         entry |= {"inverse_tool": steps[0]["tool"], "inverse_args": steps[0]["args"]}
     else:

@@ -33,6 +33,7 @@ from .candidates import (
     snapshot_tools,
 )
 from .outcomes import Outcome, Report
+from .probes import AutoProbe, rank_probe_tools, try_probe
 from .proof import Prover, failing_sequence
 from .quarantine import quarantine_candidates
 from .writing import InferError
@@ -55,8 +56,10 @@ class Inference:
         budget: float,
         only: set[str] | None = None,
         progress: Progress = lambda line: None,
+        auto_probes: bool = True,
     ) -> None:
         self.config = config
+        self.auto_probes = auto_probes
         self.settings = settings
         self.budget = budget
         self.only = only
@@ -68,6 +71,10 @@ class Inference:
         # journals the others' calls, and every undo to an example's start would skip them.
         self.provisional: dict[str, dict[str, Any]] = {}
         self.reads: dict[str, ToolInfo] = {}  # the reads a snapshot may use
+        self.whole: set[str] = set()  # the probes' tools: reads of a server's whole state
+        # The candidates after the one proven, per tool: tried when the proven one fails next
+        # to the others (an inverse that also takes away what a later-proven tool made).
+        self.untried: dict[str, list[Candidate]] = {}
         # The last check is pytest's at its defaults (fewer, when the proofs ran fewer).
         self.final_settings = replace(
             settings,
@@ -81,7 +88,7 @@ class Inference:
         try:
             registry = load_registry(self.config, example_environment(folder))
             self.prover = Prover(self.config, folder, self.settings)
-            if not registry.state:
+            if not registry.state and not self.auto_probes:
                 self._propose_state()
             else:
                 self._infer(registry)
@@ -124,6 +131,42 @@ class Inference:
         found = self._probe_candidates(server)
         return f"its reads without arguments: {', '.join(found)}" if found else "none found"
 
+    def _choose_probes(self, registry: Registry, watched: set[str | None]) -> list[AutoProbe]:
+        """For each server that no `state:` probe reads and that has tools to infer, the
+        first of its reads without arguments whose result shows its writes (probes.py).
+        The chosen ones join the `state:` of every check, and of the file infer writes."""
+        chosen: list[AutoProbe] = []
+        for server in dict.fromkeys(self._server.values()):
+            if server in watched:
+                continue
+            own = [t for t in self.tools.values() if self._server.get(t.name) == server]
+            writes = [
+                t.name
+                for t in own
+                if registry.policy(t.name) is None and not t.read_only and not looks_read(t)
+            ]
+            reads = [self.tools[n] for n in self._probe_candidates(server)]
+            if not writes or not reads:
+                continue
+            for read in rank_probe_tools(reads):
+                self.say(f"{server}: no state: probe reads it; trying {read.name} as one")
+                path = self.prover.registry_file({read.name: {"classification": "read"}})
+                try:
+                    with Harness(path, journal_beside=True) as harness:
+                        harness.stop_rewinding()  # no `state:` to rewind by yet
+                        harness.offered_tools()
+                        found = try_probe(harness, read.name, writes, self.settings.seed)
+                except Exception as exc:  # a server that died, a schema no strategy fits...
+                    found = AutoProbe(tool=read.name, reason=f"not used: {exc}")
+                self.say(f"  {read.name}: {found.reason}")
+                self.report.probes.append(found)
+                if found.chosen:
+                    self.report.auto_state += found.entries
+                    self.prover.extra["state"] = list(self.report.auto_state)
+                    chosen.append(found)
+                    break
+        return chosen
+
     def _propose_state(self) -> None:
         """No `state:`: nothing can be proven. Propose probes for the person to review."""
         with Harness(self.prover.registry_file({}), journal_beside=True) as harness:
@@ -144,6 +187,8 @@ class Inference:
 
     def _infer(self, registry: Registry) -> None:
         with Harness(self.prover.registry_file({}), journal_beside=True) as harness:
+            if not registry.state:
+                harness.stop_rewinding()  # no probes yet to rewind by: start servers once
             harness.offered_tools()
             self._offered(registry, harness)
         reset = {call.tool for call in registry.reset}
@@ -151,6 +196,14 @@ class Inference:
         # journals them, and no undo can succeed. They are inferred whatever --tool says.
         probes = {probe.tool for probe in registry.state}
         watched = {registry.server_for(tool) for tool in probes}
+        if self.auto_probes:
+            for probe in self._choose_probes(registry, watched):
+                probes.add(probe.tool)
+                watched.add(registry.server_for(probe.tool))
+        if not probes:
+            self._propose_state()
+            return
+        self.whole = probes  # reads of everything: snapshots for what no other read takes
         targets: list[str] = []
         for name, tool in sorted(self.tools.items(), key=lambda item: item[0] not in probes):
             policy = registry.policy(name)
@@ -227,6 +280,7 @@ class Inference:
                 outcome.status, outcome.entry, outcome.reason = "proven", candidate.entry, ""
                 if candidate.kind == "read":
                     self.reads[tool] = self.tools[tool]
+                self.untried[tool] = candidates[index:]
                 return True
         return False
 
@@ -274,7 +328,7 @@ class Inference:
             return True
         began = time.perf_counter()
         self.say(f"{name}: sampling calls")
-        snapshots = snapshot_tools(tool, self.reads.values())
+        snapshots = snapshot_tools(tool, self.reads.values(), self.whole)
         try:
             samples = self.prover.sample(self._entries(), name, snapshots)
         except Exception as exc:  # a schema no strategy fits, a probe or reset that failed...
@@ -283,7 +337,9 @@ class Inference:
         finally:
             outcome.seconds += time.perf_counter() - began
         candidates = reversible_candidates(tool, self.tools, samples)
-        candidates += compensable_candidates(tool, self.tools, self.reads.values(), samples)
+        candidates += compensable_candidates(
+            tool, self.tools, self.reads.values(), samples, self.whole
+        )
         candidates += quarantine_candidates(tool, self.tools, self.reads.values(), samples)
         candidates = reporting_failures(candidates, samples)
         # A candidate that was never verified (its calls failed) may do better now.
@@ -298,8 +354,10 @@ class Inference:
             )
             return False
         if not candidates and not outcome.attempts:
+            # Maybe its calls only did nothing yet (an empty batch works on an empty state):
+            # a later pass, on pre-states that newly proven tools build, may show more.
             outcome.reason = "nothing to try: " + _nothing_to_try(tool, snapshots, samples)
-            return True
+            return False
         if self._try(name, candidates):
             return True
         if not outcome.reason:
@@ -353,6 +411,10 @@ class Inference:
                 self._take_out(
                     tool, message, "its entry passed alone but failed next to the others"
                 )
+                rest = self.untried.pop(tool, [])
+                if rest:
+                    self.say(f"  {tool}: trying its other candidates, next to the others")
+                    self._try(tool, rest)
                 for other, entry in list(self.report.entries.items()):
                     if entry.get("snapshot_tool") == tool:  # it must be a proven read
                         self.say(f"  {other} takes its snapshot with {tool}: taken out")

@@ -15,6 +15,7 @@ __all__ = [
     "fill",
     "normal",
     "schema_types",
+    "singular",
     "sources",
     "template",
     "words",
@@ -57,6 +58,18 @@ def words(name: str) -> list[str]:
 
 def normal(name: str) -> str:
     return "".join(words(name))
+
+
+def singular(word: str) -> str:
+    """`entities` -> `entity`, `boxes` -> `box`, `relations` -> `relation`: enough English
+    for the plural nouns of tool names and argument names."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 3:
+        return word[:-1]
+    return word
 
 
 def expression(*parts: str) -> str:
@@ -120,6 +133,16 @@ class Source:
         return allowed is None or not seen or seen <= allowed
 
     @property
+    def item_keys(self) -> list[str]:
+        """For a list of objects, the keys every item of every sample has, in first-seen
+        order; empty otherwise (or when no sample had an item)."""
+        items = [i for v in self.values if isinstance(v, list) for i in v]
+        if not self.object_list or not items:
+            return []
+        first = [str(k) for k in items[0]]
+        return [k for k in first if all(k in item for item in items)]
+
+    @property
     def object_list(self) -> bool:
         """A list whose items (in the samples that had any) are objects."""
         lists = [v for v in self.values if isinstance(v, list)]
@@ -167,8 +190,11 @@ def fill(
         source = _source_for(name, schema, available, id_from)
         if source is not None and name not in target.required and not source.always:
             source = None  # a field only some results have would render null, or the wrong type
+        projected = _projection(name, schema, available) if source is None else None
         if source is not None:
             filled[name] = template(*source.path)
+        elif projected is not None and name in target.required:
+            filled[name] = projected
         elif name in target.required:
             return None
     return filled
@@ -190,3 +216,59 @@ def _source_for(
         if len(lists) == 1:
             return lists[0]
     return None
+
+
+def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | None:
+    """A template that projects a list of objects onto what an array argument takes: the
+    items' `name` for `entityNames` (`{result.entities[*].name}`), or each item re-keyed for
+    an array of objects (`{result.results[*].{entityName: entityName, observations:
+    addedObservations}}`); the list whole when its items already have the argument's keys.
+    Batch tools take and return such arrays, and their inverses take them back this way."""
+    if not isinstance(schema, Mapping) or (schema_types(schema) or set()) != {"array"}:
+        return None
+    items = schema.get("items")
+    item_types = schema_types(items) or set()
+    for source in available:
+        keys = source.item_keys
+        if not keys:
+            continue
+        noun = singular(source.leaf)
+        if item_types and item_types <= {"string", "integer", "number"}:
+            wanted = normal(name)
+            for key in keys:
+                field = normal(key)
+                if wanted in (field + "s", noun + field + "s", singular(noun + field) + "s"):
+                    return "{" + expression(*source.path) + "[*]." + expression(key) + "}"
+        elif item_types == {"object"} and isinstance(items, Mapping):
+            mapped = _rekeyed(items, keys, noun)
+            if mapped is None:
+                continue
+            path = expression(*source.path)
+            if all(k == v for k, v in mapped.items()) and set(mapped) == set(keys):
+                return "{" + path + "}"
+            pairs = ", ".join(f"{expression(k)}: {expression(v)}" for k, v in mapped.items())
+            return "{" + path + "[*].{" + pairs + "}}"
+    return None
+
+
+def _rekeyed(items: Mapping[str, Any], keys: Sequence[str], noun: str) -> dict[str, str] | None:
+    """The item properties an array argument takes -> the source items' keys to fill them
+    from: the same name, a name ending in it (`addedObservations` for `observations`), or
+    the list's noun with it (`name` of an `entities` item for `entityName`). None when a
+    required property (every property, when the schema names none) has no key."""
+    properties = items.get("properties")
+    if not isinstance(properties, Mapping) or not properties:
+        return None
+    required = items.get("required")
+    needed = [str(r) for r in required] if isinstance(required, list) else list(properties)
+    mapped: dict[str, str] = {}
+    for prop in properties:
+        wanted = normal(prop)
+        found = [k for k in keys if normal(k) == wanted]
+        found += [k for k in keys if normal(k).endswith(wanted) and normal(k) != wanted]
+        found += [k for k in keys if noun + normal(k) == wanted]
+        if found:
+            mapped[prop] = found[0]
+        elif prop in needed:
+            return None
+    return mapped

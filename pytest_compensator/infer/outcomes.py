@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .proof import Attempt, failing_sequence
-from .writing import InferError, add_to_tools, comment_lines, entry_lines
+from .writing import InferError, add_to_state, add_to_tools, comment_lines, entry_lines
 
 __all__ = ["Outcome", "Report"]
 
@@ -86,6 +86,8 @@ class Report:
     proposed_state: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     warning: str = ""  # what kept the final check from vouching for the entries together
+    probes: list[Any] = field(default_factory=list)  # the AutoProbes tried, chosen or not
+    auto_state: list[dict[str, Any]] = field(default_factory=list)  # the chosen ones' entries
 
     @property
     def entries(self) -> dict[str, dict[str, Any]]:
@@ -99,20 +101,31 @@ class Report:
         for tool, outcome in sorted(self.outcomes.items()):
             if outcome.status == "proven" and outcome.entry is not None:
                 block += entry_lines(tool, outcome.entry, outcome.evidence(self.seed))
+        if block:
+            block = [*self._header(today), *block]
+        left: list[str] = []
         for tool, outcome in sorted(self.outcomes.items()):
             if outcome.status == "unclassified":
-                block += comment_lines(outcome.explanation())
+                left += comment_lines(outcome.explanation())
             elif outcome.status == "reset":
-                block += comment_lines([f"{tool}: unclassified ({outcome.reason})."])
+                left += comment_lines([f"{tool}: unclassified ({outcome.reason})."])
+        if left:
+            note = f"-- left unknown by compensator infer on {today} (seed {self.seed}) --"
+            block += [*comment_lines([note]), *left]
+        if self.auto_state:
+            original = add_to_state(original, self.auto_state, path=str(self.config))
         if not block:
             return original
-        header = comment_lines(
+        return add_to_tools(original, block, path=str(self.config))
+
+    def _header(self, today: str) -> list[str]:
+        """Over the proven entries only: the unproven ones follow as comments."""
+        return comment_lines(
             [
                 f"-- added by compensator infer on {today} (seed {self.seed}); every entry "
                 "below passed the plugin's checks on the real servers --"
             ]
         )
-        return add_to_tools(original, header + block, path=str(self.config))
 
     def to_json(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
@@ -125,6 +138,10 @@ class Report:
             "counts": counts,
             "proposed_state": self.proposed_state,
             "warning": self.warning,
+            "probes": [
+                {"tool": p.tool, "chosen": p.chosen, "reason": p.reason, "state": p.entries}
+                for p in self.probes
+            ],
             "tools": {t: o.to_json() for t, o in sorted(self.outcomes.items())},
         }
 

@@ -41,7 +41,7 @@ class Attempt:
     """What one candidate did on the real servers."""
 
     candidate: Candidate
-    outcome: str  # proven, failed (a counterexample), never verified, error
+    outcome: str  # proven, failed (a counterexample), never verified, unreliable, error
     examples: int
     verified: int  # undos that restored the state; for a read, its calls that worked
     calls: int
@@ -187,6 +187,9 @@ class Prover:
                     run_roundtrip(harness, tool, coverage, settings)
         except NeverVerified as exc:
             outcome, failure = "never verified", str(exc)
+        except hypothesis.errors.Flaky as exc:
+            # Evidence, not a crash: the same calls on new servers gave different results.
+            outcome, failure = "unreliable", _unreliable(exc)
         except AssertionError as exc:
             outcome, failure = "failed", str(exc)
         except Exception as exc:  # a server that died, a template the proxy refused...
@@ -247,6 +250,18 @@ class FinalCheck:
     machine: str = ""  # the state machine's failure
     blamed: list[str] = field(default_factory=list)  # the entries its failing undo involved
     named: bool = False  # the machine's failure named tools (maybe none of the entries)
+
+
+def _unreliable(exc: Exception) -> str:
+    """A person's reading of Hypothesis' Flaky: why the candidate is rejected."""
+    inner = getattr(exc, "exceptions", ())
+    cause = f" The first failure: {str(inner[0]).splitlines()[0][:200]}" if inner else ""
+    return (
+        "rejected as unreliable: replaying the same calls on new servers gave a different "
+        "outcome (a failure that came and went), so neither a pass nor a failure of this "
+        "candidate can be trusted. The server may answer differently to the same calls "
+        "(timestamps, random ids), or keep state outside what the probes read." + cause
+    )
 
 
 @contextlib.contextmanager

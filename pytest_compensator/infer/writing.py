@@ -14,7 +14,14 @@ import yaml
 from compensator.errors import CompensatorError
 from compensator.registry.yamlnodes import load_with_lines
 
-__all__ = ["InferError", "add_to_tools", "comment_lines", "entry_lines", "verify_result"]
+__all__ = [
+    "InferError",
+    "add_to_state",
+    "add_to_tools",
+    "comment_lines",
+    "entry_lines",
+    "verify_result",
+]
 
 _TOOLS = re.compile(r"^tools:(?P<rest>[^\r\n]*)(?=\r?\n|\Z)", re.MULTILINE)
 _EMPTY = ("", "{}", "~", "null")
@@ -65,6 +72,49 @@ def add_to_tools(text: str, block: Sequence[str], *, path: str) -> str:
     spacer = [newline] if last != start else []
     added = [f"{extra}{line}{newline}" for line in block]
     return "".join(lines[: last + 1] + spacer + added + lines[last + 1 :])
+
+
+_STATE = re.compile(r"^state:(?P<rest>[^\r\n]*)(?=\r?\n|\Z)", re.MULTILINE)
+
+
+def add_to_state(text: str, probes: Sequence[Mapping[str, Any]], *, path: str) -> str:
+    """`text` with the state probes infer chose at the end of its `state:` list, or in a new
+    `state:` section before `tools:` (at the end when there is none), with a comment saying
+    where they come from."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    dumped = yaml.safe_dump(list(probes), sort_keys=False, width=96, default_flow_style=None)
+    intro = "# chosen by compensator infer: reads whose results show what the writes do"
+    items = [f"  {intro}", *(f"  {line}" for line in dumped.splitlines())]
+    match = _STATE.search(text)
+    if match is not None:
+        value = match.group("rest").partition("#")[0].strip()
+        if value and value not in ("[]", "~", "null"):
+            raise InferError(
+                f"{path}: `state:` is written in flow style ({value[:40]}); infer adds probes "
+                "to a block list. Fix: write each probe on its own lines under `state:`."
+            )
+        if value:
+            text = text[: match.start()] + "state:" + text[match.end() :]
+        lines = text.splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.startswith("state:"))
+        last = start
+        for index in range(start + 1, len(lines)):
+            line = lines[index]
+            if line.strip() and not line[0].isspace() and not line.startswith("-"):
+                if line.lstrip().startswith("#"):
+                    continue
+                break
+            if line.strip():
+                last = index
+        if not lines[last].endswith(("\n", "\r")):
+            lines[last] += newline
+        added = [f"{line}{newline}" for line in items]
+        return "".join(lines[: last + 1] + added + lines[last + 1 :])
+    section = [f"state:{newline}", *(f"{line}{newline}" for line in items), newline]
+    tools = _TOOLS.search(text)
+    if tools is None:
+        return text.rstrip("\r\n") + newline + newline + "".join(section)
+    return text[: tools.start()] + "".join(section) + text[tools.start() :]
 
 
 def verify_result(
