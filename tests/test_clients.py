@@ -115,6 +115,28 @@ def test_the_data_of_a_known_server_moves_to_the_workdir_under_pytest(tmp_path: 
     assert "- tool: db__read_query" in text and "- tool: files__directory_tree" in text
 
 
+def test_without_builtin_no_shipped_policy_or_probe_is_written_but_data_still_moves(
+    tmp_path: Path,
+) -> None:
+    sqlite = server("db", command="uvx", args=("mcp-server-sqlite", "--db-path", "/data/x.db"))
+    listed = {
+        "db": [
+            {"name": "read_query", "inputSchema": {"type": "object"}},
+            {"name": "create_table", "inputSchema": {"type": "object"}},
+        ]
+    }
+    shipped = propose({"db": sqlite}, listed, {}, project=tmp_path, home=tmp_path, header="")
+    bare = propose(
+        {"db": sqlite}, listed, {}, project=tmp_path, home=tmp_path, header="", builtin=False
+    )
+    assert "\nstate:" in shipped.text
+    assert shipped.reports[0].shipped is not None
+    assert "\nstate:" not in bare.text and bare.reports[0].shipped is None
+    assert sorted(bare.reports[0].unknown) == ["create_table", "read_query"]
+    tests = parse_registry(bare.text, tmp_path / "r.yaml", {"COMPENSATOR_WORKDIR": "/w"})
+    assert tests.servers["db"].args == ("mcp-server-sqlite", "--db-path", "/w/x.db")
+
+
 def test_data_paths_in_env_and_options_move_to_the_workdir_under_pytest(tmp_path: Path) -> None:
     memory = server(
         "m",

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from compensator.cli import main
 from compensator.clients import jsonc
 
-from .conftest import EXAMPLES, SERVERS, third_party_servers
+from .conftest import SERVERS, third_party_servers
 from .test_http_downstream import (
     HttpServer,
     http_server,  # noqa: F401  (a fixture)
@@ -256,17 +256,97 @@ def test_init_takes_the_shipped_policies_for_a_known_server(tmp_path: Path) -> N
     assert jsonc.loads(source.read_text()) == config  # --from FILE is only read
 
 
-def test_init_infer_proposes_probes_for_a_server_it_has_no_policies_for(tmp_path: Path) -> None:
+# A server init has no policies for: a set of names in the file its `env:` names.
+ITEMS_SERVER = """\
+import json, os, sys
+from pathlib import Path
+from mcp.types import ToolAnnotations
+try:
+    from mcp.server.fastmcp import FastMCP as MCPServer
+except ImportError:
+    from mcp.server.mcpserver import MCPServer
+
+store = Path(os.environ["ITEMS_FILE"])
+mcp = MCPServer("items")
+
+def load():
+    return set(json.loads(store.read_text())) if store.exists() else set()
+
+def save(items):
+    store.write_text(json.dumps(sorted(items)))
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def list_items() -> dict:
+    return {"items": sorted(load())}
+
+@mcp.tool()
+def add_item(name: str) -> dict:
+    items = load()
+    added = name not in items
+    save(items | {name})
+    return {"name": name, "added": added}
+
+@mcp.tool()
+def remove_item(name: str) -> dict:
+    items = load()
+    save(items - {name})
+    return {"name": name, "removed": name in items}
+
+mcp.run()
+"""
+
+
+def test_init_infer_chooses_a_probe_itself_and_never_touches_the_real_data(
+    tmp_path: Path,
+) -> None:
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
-    server = [str(EXAMPLES / "tasks_server.py"), "--db", str(tmp_path / "tasks.db")]
-    config = {"mcpServers": {"tasks": {"command": sys.executable, "args": server}}}
+    real = write(tmp_path / "real" / "items.json", '["keep-me"]')
+    before = real.read_bytes()
+    server = write(tmp_path / "items_server.py", ITEMS_SERVER)
+    config = {
+        "mcpServers": {
+            "items": {
+                "command": sys.executable,
+                "args": [str(server)],
+                "env": {"ITEMS_FILE": str(real)},
+            }
+        }
+    }
     source = write(tmp_path / "clients.json", json.dumps(config))
-    made = run("init", "--from", str(source), "--infer", cwd=project, home=home)
-    assert made.returncode == 0, made.stderr
-    assert "has no `state:` section, so nothing could be proven yet" in made.stdout
-    written = yaml.safe_load((project / "compensators.yaml").read_text())
-    # Probes proposed for review; the tools init did not know stay commented out.
-    assert sorted(p["tool"] for p in written["state"]) == ["list_labels", "list_tasks"]
-    assert "add_task" not in (written.get("tools") or {})
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compensator",
+            "init",
+            "--from",
+            str(source),
+            "--infer",
+            "--examples",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        timeout=600,
+        env={**os.environ, "HOME": str(home)},
+    )
+    assert made.returncode == 0, made.stderr[-3000:]
+    # No hand edit: the argument-free read became the probe, and stdout says so and why.
+    assert "state probe chosen: list_items" in made.stdout, made.stdout
+    assert "2 of 2 proven" in made.stdout, made.stdout
+    assert "  add_item  proven: reversible: remove_item(name={result.name})" in made.stdout
+    text = (project / "compensators.yaml").read_text()
+    written = yaml.safe_load(text)
+    assert [p["tool"] for p in written["state"]] == ["list_items"]
+    entries = written["tools"]
+    assert entries["add_item"]["classification"] == "reversible"
+    assert "remove_item" in json.dumps(entries["add_item"])
+    assert "add_item" in json.dumps(entries["remove_item"])
+    # The data path was written to move into each test run's folder, so the real file holds
+    # what it held: infer made hundreds of calls, none on it.
+    assert "${COMPENSATOR_WORKDIR:-" in text
+    assert real.read_bytes() == before

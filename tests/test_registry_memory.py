@@ -15,7 +15,7 @@ SERVER_JS = "npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
 
 # delete_entities' second inverse step: the relations that went with the deleted entities.
 RELATIONS_STEP = (
-    "      - tool: memory__create_relations\n        args: {relations: \"{snapshot.relations}\"}\n"
+    '      - tool: memory__create_relations\n        args: {relations: "{snapshot.relations}"}\n'
 )
 
 

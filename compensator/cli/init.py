@@ -40,6 +40,7 @@ examples:
   compensator init --from ~/.cursor/mcp.json -o cursor.yaml
   compensator init --force                          # replace compensators.yaml
   compensator init --infer                          # then prove policies for the rest
+  compensator init --no-builtin --infer             # prove every tool, shipped ones too
 
 Then run `compensator check --config compensators.yaml` and `pytest --compensator-config
 compensators.yaml`, and `compensator wire --config compensators.yaml` to point the clients at
@@ -66,6 +67,19 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         help="then run `compensator infer` on the tools of servers with no shipped registry "
         "(needs the pytest extra; docs/infer.md)",
     )
+    parser.add_argument(
+        "--no-builtin",
+        action="store_true",
+        help="leave out the policies and probes of the shipped registries "
+        "(compensator/registries/): every tool starts unknown, and --infer proves from scratch",
+    )
+    parser.add_argument(
+        "--examples",
+        type=int,
+        metavar="N",
+        help="with --infer: examples per candidate (infer's default: 100); fewer is quicker "
+        "and proves less surely",
+    )
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start and list its tools")
 
 
@@ -84,7 +98,12 @@ def run_init(args: argparse.Namespace) -> int:
         if not collected.servers:
             raise CompensatorError(f"no servers in {_places(sources)}")
         proposal = anyio.run(
-            _propose, collected, output, args.project.absolute(), args.startup_timeout
+            _propose,
+            collected,
+            output,
+            args.project.absolute(),
+            args.startup_timeout,
+            not args.no_builtin,
         )
         replace_atomically(output, proposal.text.encode("utf-8"))
     except CompensatorError as exc:
@@ -94,13 +113,13 @@ def run_init(args: argparse.Namespace) -> int:
         return 130
     print(_summary(proposal, collected, output, sources))
     if args.infer:
-        return _infer(proposal, output)
+        return _infer(proposal, output, examples=args.examples)
     return 0
 
 
-def _infer(proposal: Proposal, output: Path) -> int:
+def _infer(proposal: Proposal, output: Path, *, examples: int | None = None) -> int:
     """`compensator infer` on the unknown tools of the servers init had no policies for."""
-    from .infer import infer_registry
+    from .infer import infer_registry, summary_text
 
     try:
         registry = load_registry(output, registry_environment())
@@ -113,7 +132,7 @@ def _infer(proposal: Proposal, output: Path) -> int:
         if not only:
             print("\ninfer: every server has shipped policies or no unknown tool; nothing to do")
             return 0
-        report = infer_registry(output, only=only)
+        report = infer_registry(output, only=only, examples=examples)
     except CompensatorError as exc:
         print(f"compensator init --infer: {exc}", file=sys.stderr)
         return 1
@@ -128,6 +147,7 @@ def _infer(proposal: Proposal, output: Path) -> int:
         )
         return 0
     proven = sum(o.status == "proven" for o in report.outcomes.values())
+    print("\n" + summary_text(report))
     print(f"\ninfer: {proven} of {len(only)} unknown tools proven and written to {output}")
     return 0
 
@@ -137,7 +157,7 @@ def _places(sources: list[Source]) -> str:
 
 
 async def _propose(
-    collected: Collected, output: Path, project: Path, startup_timeout: float
+    collected: Collected, output: Path, project: Path, startup_timeout: float, builtin: bool
 ) -> Proposal:
     """Start every server, list its tools, and propose the registry."""
     environ = registry_environment(_values(collected.servers))
@@ -153,8 +173,15 @@ async def _propose(
         failures.update(pool.failures)
         for routed in pool.routes.values():
             tools[routed.server].append(sdk.tool_to_wire(routed.original))
+    header = _HEADER if builtin else f"{_HEADER}\n{_NO_BUILTIN}"
     proposal = propose(
-        collected.servers, tools, failures, project=project, home=Path.home(), header=_HEADER
+        collected.servers,
+        tools,
+        failures,
+        project=project,
+        home=Path.home(),
+        header=header,
+        builtin=builtin,
     )
     try:
         parse_registry(proposal.text, output, environ)
@@ -199,6 +226,11 @@ to this file: export them to run `compensator check`; `compensator wire` passes 
 proxy from the clients' own configuration. Data paths (a database file, a data folder) are
 written as ${COMPENSATOR_WORKDIR:-yours}: the proxy uses yours, while `pytest
 --compensator-config` and `compensator infer` work in a temporary folder of their own."""
+
+
+_NO_BUILTIN = """\
+Written with --no-builtin: no shipped policies or probes are used, even for servers that have
+them; `compensator init --infer` proves every tool from scratch."""
 
 
 def _summary(proposal: Proposal, collected: Collected, output: Path, sources: list[Any]) -> str:

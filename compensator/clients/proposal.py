@@ -115,9 +115,11 @@ def propose(
     project: Path,
     home: Path,
     header: str,
+    builtin: bool = True,
 ) -> Proposal:
     """The registry text for `servers` (registry name -> client entry), given each started
-    server's tools (wire JSON) and why the others failed to start."""
+    server's tools (wire JSON) and why the others failed to start. Without `builtin`, the
+    shipped registries' policies and probes are left out (their data paths still apply)."""
     names = variables(servers)
     lines = [*(f"# {line}".rstrip() for line in header.splitlines()), "", "servers:"]
     reports = []
@@ -134,11 +136,12 @@ def propose(
         lines += [f"  {_key(name)}:", *(f"  {line}" for line in entry)]
         if name == unprefixed:
             lines.append('    prefix: ""   # its tools keep their own names: none clashes')
-    lines += _state(servers, failures, prefixes)
+    lines += _state(servers, failures, prefixes) if builtin else []
     lines += ["", "tools:"]
     for name, server in servers.items():
         if name not in failures:
-            report, block = _tools(name, prefixes[name], server, tools.get(name, ()))
+            shipped = matching_registry(server) if builtin else None
+            report, block = _tools(name, prefixes[name], shipped, tools.get(name, ()))
             reports.append(report)
             lines += block
     return Proposal(text="\n".join(lines) + "\n", reports=reports)
@@ -290,10 +293,10 @@ def _references(value: str, client: str, project: Path, home: Path) -> str:
 
 
 def _tools(
-    name: str, prefix: str, server: ClientServer, tools: Sequence[Mapping[str, Any]]
+    name: str, prefix: str, shipped: str | None, tools: Sequence[Mapping[str, Any]]
 ) -> tuple[ServerReport, list[str]]:
-    """The `tools:` entries of server `name`, whose tools are exposed with `prefix`."""
-    shipped = matching_registry(server)
+    """The `tools:` entries of server `name`, whose tools are exposed with `prefix`, with the
+    policies of the `shipped` registry."""
     report = ServerReport(name=name, shipped=shipped)
     policies = _shipped_policies(shipped, prefix) if shipped else {}
     lines = [f"  # --- {name}" + (f": policies from compensator's {shipped}" if shipped else "")]
