@@ -24,8 +24,8 @@ from pytest_compensator.infer.candidates import (
     words,
 )
 from pytest_compensator.infer.proof import Attempt
-from pytest_compensator.infer.writing import add_to_state
 from pytest_compensator.infer.quarantine import quarantine_candidates
+from pytest_compensator.infer.writing import add_to_state
 
 
 def tool(name: str, required: dict[str, Any] | None = None, **optional: Any) -> ToolInfo:
@@ -404,8 +404,7 @@ def test_nested_items_are_re_keyed_from_what_the_result_says_was_added():
     found = reversible_candidates(tools["m__add_observations"], tools, samples)
     assert found
     assert found[0].entry["inverse_args"] == {
-        "deletions": "{result.results[*].{entityName: entityName, "
-        "observations: addedObservations}}"
+        "deletions": "{result.results[*].{entityName: entityName, observations: addedObservations}}"
     }
 
 
