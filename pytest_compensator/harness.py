@@ -6,7 +6,7 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,8 +170,10 @@ class Harness:
         base_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         journal_beside: bool = False,
+        on_example: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        self.on_example = on_example  # told of every example, for a running count
         self.env = dict(env or {})
         self.journal_beside = journal_beside
         # A folder made here is removed on close: its journals hold snapshots of whatever the
@@ -236,6 +238,8 @@ class Harness:
     @contextlib.contextmanager
     def example(self) -> Iterator[Driver]:
         """A driver whose downstream state is fresh, for one example."""
+        if self.on_example is not None:
+            self.on_example()
         if self.registry.reset:
             yield self._reset_shared()
         elif self.rewinding:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -349,4 +350,16 @@ def test_init_infer_chooses_a_probe_itself_and_never_touches_the_real_data(
     # The data path was written to move into each test run's folder, so the real file holds
     # what it held: infer made hundreds of calls, none on it.
     assert "${COMPENSATOR_WORKDIR:-" in text
+    assert real.read_bytes() == before
+    # While each check ran, stderr (a pipe here) had its running count, a line a quarter.
+    assert re.search(r"^infer: add_item: reversible: \d+/10 examples, \d+ s$", made.stderr, re.M)
+    # The plugin on the written file makes hundreds of calls too, none on the real file.
+    checked = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         "--compensator-config", str(project / "compensators.yaml"), "--compensator-seed", "5"],
+        capture_output=True, text=True, cwd=project, stdin=subprocess.DEVNULL, timeout=600,
+        env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert "add_item" in checked.stdout and "passed" in checked.stdout
     assert real.read_bytes() == before

@@ -145,6 +145,7 @@ def infer_registry(
     try:
         from pytest_compensator.infer import (
             Inference,
+            Ticker,
             add_to_tools,
             check_output_folder,
             verify_result,
@@ -179,8 +180,20 @@ def infer_registry(
         original, ["  compensator-infer-check: {classification: read}"], path=str(config)
     )
     verify_result(original, trial, probe, path=str(config), bug=False)
+    ticker = Ticker()
+
+    def say(line: str) -> None:
+        ticker.clear()  # a line of its own, not after the bar of the check under way
+        _say(line)
+
     report = Inference(
-        config, settings, budget=budget, only=only, progress=_say, auto_probes=auto_probes
+        config,
+        settings,
+        budget=budget,
+        only=only,
+        progress=say,
+        auto_probes=auto_probes,
+        ticker=ticker,
     ).run()
     text = report.text(original, today=datetime.date.today().isoformat())
     verify_result(original, text, report.entries, path=str(config))

@@ -3,11 +3,13 @@ only once the plugin's own round trips have proven them.
 
 `candidates` builds what to try from names, schemas and sample results (pure); `proof` runs
 the plugin's checks on candidate registries; `engine` orders the work; `writing` adds the
-result to the person's registry file. The CLI front is `compensator/cli/infer.py`.
+result to the person's registry file; `progress` counts the examples of the check under
+way. The CLI front is `compensator/cli/infer.py`.
 """
 
 from .engine import Inference, check_output_folder
 from .outcomes import Outcome, Report
+from .progress import Ticker
 from .writing import InferError, add_to_tools, comment_lines, entry_lines, verify_result
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "Inference",
     "Outcome",
     "Report",
+    "Ticker",
     "add_to_tools",
     "check_output_folder",
     "comment_lines",

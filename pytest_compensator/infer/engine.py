@@ -34,6 +34,7 @@ from .candidates import (
 )
 from .outcomes import Outcome, Report
 from .probes import AutoProbe, rank_probe_tools, try_probe
+from .progress import Ticker
 from .proof import Prover, failing_sequence
 from .quarantine import quarantine_candidates
 from .writing import InferError
@@ -57,8 +58,10 @@ class Inference:
         only: set[str] | None = None,
         progress: Progress = lambda line: None,
         auto_probes: bool = True,
+        ticker: Ticker | None = None,
     ) -> None:
         self.config = config
+        self.ticker = ticker
         self.auto_probes = auto_probes
         self.settings = settings
         self.budget = budget
@@ -87,7 +90,7 @@ class Inference:
         folder = Path(tempfile.mkdtemp(prefix="compensator-infer-"))
         try:
             registry = load_registry(self.config, example_environment(folder))
-            self.prover = Prover(self.config, folder, self.settings)
+            self.prover = Prover(self.config, folder, self.settings, ticker=self.ticker)
             if not registry.state and not self.auto_probes:
                 self._propose_state()
             else:

@@ -29,6 +29,7 @@ from ..harness import Harness
 from ..report import Coverage, NeverVerified
 from ..settings import Settings
 from .candidates import Candidate, Samples, ToolInfo
+from .progress import Ticker
 
 __all__ = ["Attempt", "FinalCheck", "Prover", "failing_sequence"]
 
@@ -89,8 +90,11 @@ class Prover:
     """Writes candidate registries (the person's file, included, plus the entries under
     test) and runs the plugin's checks on them with one seed and one set of settings."""
 
-    def __init__(self, config: Path, folder: Path, settings: Settings) -> None:
+    def __init__(
+        self, config: Path, folder: Path, settings: Settings, *, ticker: Ticker | None = None
+    ) -> None:
         self.config = config
+        self.ticker = ticker
         self.folder = folder
         self.settings = settings
         self._count = itertools.count(1)
@@ -106,6 +110,25 @@ class Prover:
     def _settings(self, path: Path) -> Settings:
         return replace(self.settings, config=path)
 
+    def _recount(self, label: str, total: int) -> None:
+        if self.ticker is not None:
+            self.ticker.begin(label, total)
+
+    @contextlib.contextmanager
+    def _counted(self, path: Path, label: str, total: int) -> Iterator[Harness]:
+        """A harness whose examples the ticker counts, as `label`, out of `total`."""
+        ticker = self.ticker
+        if ticker is None:
+            with Harness(path, journal_beside=True) as harness:
+                yield harness
+            return
+        ticker.begin(label, total)
+        try:
+            with Harness(path, journal_beside=True, on_example=ticker.tick) as harness:
+                yield harness
+        finally:
+            ticker.end()
+
     def sample(
         self,
         entries: Mapping[str, Mapping[str, Any]],
@@ -116,7 +139,8 @@ class Prover:
         from `entries`, reading each possible snapshot just before: what its calls take and
         give back, for filling the arguments of candidates."""
         samples = Samples()
-        with Harness(self.registry_file(entries), journal_beside=True) as harness:
+        path = self.registry_file(entries)
+        with self._counted(path, f"{tool}: sample calls", SAMPLE_EXAMPLES) as harness:
             harness.offered_tools()
             plan = Plan.of(harness, also=[tool])
 
@@ -176,7 +200,9 @@ class Prover:
         began = time.perf_counter()
         outcome, failure = "proven", ""
         try:
-            with _shrinking(shrink), Harness(path, journal_beside=True) as harness:
+            label = f"{tool}: {candidate.kind}" + (", shrinking its failure" if shrink else "")
+            counted = self._counted(path, label, self.settings.examples)
+            with _shrinking(shrink), counted as harness:
                 harness.offered_tools()
                 settings = self._settings(path)
                 if candidate.kind == "read":
@@ -218,10 +244,11 @@ class Prover:
         path = self.registry_file(entries)
         settings = replace(settings, config=path)
         result = FinalCheck(coverage=Coverage())
-        with Harness(path, journal_beside=True) as harness:
+        with self._counted(path, "all entries together", settings.examples) as harness:
             harness.offered_tools()
             for tool, entry in entries.items():
                 on_tool(tool)
+                self._recount(f"{tool}, with every entry", settings.examples)
                 try:
                     if entry["classification"] == "read":
                         run_read_check(harness, tool, result.coverage, settings, need=0)
@@ -232,6 +259,7 @@ class Prover:
             if result.failed or all(e["classification"] == "read" for e in entries.values()):
                 return result
             on_tool("the state machine")
+            self._recount("the state machine", settings.examples)
             try:
                 run_state_machine(harness, result.coverage, settings)
             except Exception as exc:
