@@ -2,14 +2,14 @@
 
 Besides undo itself they check every promise a registry makes that a call changes nothing:
 reads, calls `mutating_when` turns into reads, calls `error_when` calls failed, and a second
-run of an `idempotent` compensation."""
+run of an `idempotent` compensation. What to call is `plan`'s; how calls are made and checked
+is `recorder`'s; the shortest failing sequence shown is `minimize`'s."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import hypothesis
@@ -23,30 +23,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from compensator.errors import CompensatorError
-from compensator.names import META_TOOLS
-from compensator.registry import REDACTED, Registry
-from compensator.wire import sdk
-
-from .harness import Driver, Harness
-from .report import (
-    Coverage,
-    NeverVerified,
-    PromiseBroken,
-    UndoFailure,
-    format_call,
-    format_failure,
-)
+from .harness import Harness
+from .minimize import minimal
+from .plan import Plan
+from .recorder import Recorder
+from .report import Blaming, Coverage, NeverVerified
 from .settings import Settings
-from .strategies import arguments
 
 __all__ = [
-    "Plan",
-    "Recorder",
     "build_machine",
-    "checked_reads",
-    "exercised_tools",
-    "left_out",
+    "build_pre_state",
+    "required_verified",
     "run_read_check",
     "run_roundtrip",
     "run_state_machine",
@@ -55,9 +42,7 @@ __all__ = [
 MAX_SETUP_CALLS = 14
 SETUP_ATTEMPTS = 3  # calls that fail while building a pre-state are retried up to this factor
 MAX_UNDO_DEPTH = 3
-CALL_TRIES = 3  # draws of arguments for a call under test that keeps failing
 READ_CALLS = 3  # calls of a read per example in its own check, each must change nothing
-SEEN_TEXT_LENGTH = 64  # longer strings in results are content, not names worth reusing
 SHOWN_ERRORS = 3  # error texts a "never verified" failure lists
 
 
@@ -83,339 +68,6 @@ def hypothesis_settings(settings: Settings) -> hypothesis.settings:
         # reached: noise to a registry author, and it traces every replay.
         phases=[p for p in default.phases if p != Phase.explain],
     )
-
-
-def exercised_tools(registry: Registry, offered: Iterable[str] | None = None) -> list[str]:
-    """The registered tools the generated checks call, as their classification says, sorted;
-    only those a server really offers when `offered` is given."""
-    known = None if offered is None else set(offered)
-    return sorted(
-        name
-        for name, policy in registry.tools.items()
-        if policy.classification.behaviour.exercised and (known is None or name in known)
-    )
-
-
-def state_builders(registry: Registry, tools: list[str]) -> list[str]:
-    """The tools among `tools` that building a pre-state prefers (see `Behaviour`)."""
-    return [t for t in tools if registry.tools[t].classification.behaviour.builds_state]
-
-
-def checked_reads(harness: Harness) -> list[str]:
-    """The offered tools the proxy forwards without journaling, sorted: those classified
-    `read`, and unregistered ones annotated readOnlyHint when `trust_read_only_hint` is on.
-    The checks call them and require that the state stays as it was."""
-    registry = harness.registry
-    reads = []
-    for name, tool in harness.tools.items():
-        policy = registry.policy(name)
-        if name in META_TOOLS:
-            continue
-        if policy is not None:
-            if not policy.classification.behaviour.journaled:
-                reads.append(name)
-        elif registry.defaults.trust_read_only_hint and _read_only_hint(tool):
-            reads.append(name)
-    return sorted(reads)
-
-
-def _read_only_hint(tool: Any) -> bool:
-    annotations = sdk.tool_to_wire(tool).get("annotations") or {}
-    return annotations.get("readOnlyHint") is True
-
-
-def left_out(harness: Harness) -> dict[str, str]:
-    """Tools the generated checks do not call, with the reason."""
-    reads = set(checked_reads(harness))
-    out: dict[str, str] = {}
-    for name, policy in harness.registry.tools.items():
-        if name in reads:
-            continue
-        if not policy.classification.behaviour.exercised:
-            out[name] = policy.classification.value
-        elif name not in harness.tools:
-            out[name] = "no server offers it"
-    for name in harness.tools:
-        unregistered = harness.registry.policy(name) is None and name not in META_TOOLS
-        if unregistered and name not in reads:
-            out[name] = "unknown: not in the registry"
-    return out
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the generated checks call, worked out once per test from the offered tools."""
-
-    tools: Sequence[str]  # the undoable tools
-    builders: Sequence[str]  # those preferred when building a pre-state
-    reads: Sequence[str]  # called only to check that they change nothing
-    strategies: Mapping[str, st.SearchStrategy]
-    free_text: Mapping[str, frozenset[str]]  # string arguments that may take seen values
-
-    @classmethod
-    def of(cls, harness: Harness, also: Iterable[str] = ()) -> Plan:
-        tools = exercised_tools(harness.registry, harness.tools)
-        reads = checked_reads(harness)
-        called = sorted({*tools, *reads, *also})
-        return cls(
-            tools=tools,
-            builders=state_builders(harness.registry, tools),
-            reads=reads,
-            strategies={
-                tool: arguments(tool, harness.input_schema(tool), harness.registry.policy(tool))
-                for tool in called
-            },
-            free_text={tool: _free_text(harness, tool) for tool in called},
-        )
-
-
-def _free_text(harness: Harness, tool: str) -> frozenset[str]:
-    """Arguments declared as plain strings (names, paths, keys), which may be drawn from the
-    strings earlier results and states showed, so that calls meet what exists. Not when the
-    registry gives the tool a `test.schema`: its author chose the values."""
-    policy = harness.registry.policy(tool)
-    if policy is not None and policy.test is not None and policy.test.schema is not None:
-        return frozenset()
-    properties = harness.input_schema(tool).get("properties")
-    if not isinstance(properties, Mapping):
-        return frozenset()
-    constrained = {"enum", "const", "pattern", "format"}
-    return frozenset(
-        name
-        for name, schema in properties.items()
-        if isinstance(schema, Mapping)
-        and schema.get("type") == "string"
-        and not constrained & schema.keys()
-    )
-
-
-class Recorder:
-    """Calls through a driver, keeping a readable trace, the values seen, coverage counts,
-    and the error texts of failed calls; checks each promise that a call changes nothing."""
-
-    def __init__(
-        self,
-        driver: Driver,
-        coverage: Coverage,
-        registry: Registry,
-        plan: Plan,
-        errors: dict[str, Counter[str]] | None = None,
-    ) -> None:
-        self.driver = driver
-        self.coverage = coverage
-        self.registry = registry
-        self.plan = plan
-        self.errors = errors if errors is not None else {}
-        self.trace: list[str] = []
-        self.seen_ids: set[int] = set()
-        self.seen_text: set[str] = set()
-        self._state: Any = None  # the observed state, while no call can have changed it
-
-    def observe(self) -> Any:
-        if self._state is None:
-            self._state = self.driver.observe()
-            self._learn(self._state)
-        return self._state
-
-    def _learn(self, value: Any) -> None:
-        self.seen_ids.update(_ids(value))
-        # The journal lives in the servers' folder, so a filesystem server lists it: its name
-        # is never offered as an argument, or a random write would overwrite the journal.
-        journal = self.driver.db.name
-        self.seen_text.update(text for text in _texts(value) if journal not in text)
-
-    def draw_args(self, data: st.DataObject, tool: str) -> dict[str, Any]:
-        """Draw arguments; integers may be swapped for ids, and plain strings for strings,
-        that earlier results and states showed, so that calls hit things that exist."""
-        args: dict[str, Any] = dict(data.draw(self.plan.strategies[tool], label=tool))
-        free_text = self.plan.free_text.get(tool, frozenset())
-        for key, value in sorted(args.items()):
-            is_int = isinstance(value, int) and not isinstance(value, bool)
-            if is_int and self.seen_ids and data.draw(st.booleans(), label=f"reuse id: {key}"):
-                args[key] = data.draw(st.sampled_from(sorted(self.seen_ids)), label=key)
-            elif (
-                isinstance(value, str)
-                and key in free_text
-                and self.seen_text
-                and data.draw(st.booleans(), label=f"reuse text: {key}")
-            ):
-                args[key] = data.draw(st.sampled_from(sorted(self.seen_text)), label=key)
-        return args
-
-    def call(self, tool: str, args: Mapping[str, Any]) -> bool:
-        """Make the call; True when it worked (not isError, and no `error_when` matched).
-        A call the registry says changes nothing is checked against the state before it."""
-        policy = self.registry.policy(tool)
-        promise = self._promised_unchanged(tool, args)
-        watch = promise is not None or (policy is not None and policy.error_when is not None)
-        before = self.observe() if watch else None
-        reply = self.driver.call(tool, args)
-        matched = not reply.is_error and _error_when(self.registry, tool, args, reply.value)
-        ok = not reply.is_error and not matched
-        self.coverage.record_call(tool, ok)
-        outcome = "" if ok else f"  -> error: {reply.text[:120]}"
-        self.trace.append(format_call(tool, args) + outcome)
-        if ok:
-            self._learn(reply.value)
-        else:
-            text = " ".join(reply.text.split())[:200] or "(no text)"
-            self.errors.setdefault(tool, Counter())[text] += 1
-        if matched and promise is None and policy is not None and policy.error_when is not None:
-            promise = (
-                f"its error_when `{policy.error_when.source}` matched the result, so the proxy "
-                "journaled the call as failed, and undo never compensates a failed call"
-            )
-        self._state = None
-        if promise is not None and before is not None:
-            self._require_unchanged(before, f"{tool} changed the state, but {promise}", tool)
-        return ok
-
-    def _promised_unchanged(self, tool: str, args: Mapping[str, Any]) -> str | None:
-        """Why the registry says this call changes nothing (None when it may change state)."""
-        policy = self.registry.policy(tool)
-        if tool in self.plan.reads:
-            if policy is None:
-                return (
-                    "it is not in the registry and is annotated readOnlyHint, which "
-                    "`trust_read_only_hint: true` trusts: the proxy forwards it without "
-                    "journaling, so undo can never take back what it did"
-                )
-            return (
-                "it is classified `read`: the proxy forwards it without journaling, so undo "
-                "can never take back what it did"
-            )
-        gate = policy.mutating_when if policy is not None else None
-        if gate is not None:
-            try:
-                mutating = gate.truthy({"args": dict(args)})
-            except CompensatorError:
-                mutating = True  # as the proxy: journal when it cannot tell
-            if not mutating:
-                return (
-                    f"its mutating_when `{gate.source}` is false for these arguments: the "
-                    "proxy treated the call as a read, without journaling, so undo can never "
-                    "take back what it did"
-                )
-        return None
-
-    def _require_unchanged(self, before: Any, headline: str, tool: str) -> None:
-        after = self.observe()
-        if after == before:
-            return
-        raise PromiseBroken(
-            format_failure(
-                headline=headline,
-                trace=self.trace,
-                expected=before,
-                observed=after,
-                report={},
-                journal=[],
-                compared="expected = before the call, observed = after it",
-            ),
-            tools=[tool],
-        )
-
-    def call_drawn(self, data: st.DataObject, tool: str) -> None:
-        """Call `tool` with drawn arguments, drawing again (up to CALL_TRIES times) while the
-        call fails or is one `mutating_when` makes a read: such a call under test changes
-        nothing and leaves undo nothing to prove."""
-        for _ in range(CALL_TRIES):
-            args = self.draw_args(data, tool)
-            journaled = self._promised_unchanged(tool, args) is None
-            if self.call(tool, args) and journaled:
-                return
-
-    def call_read(self, data: st.DataObject) -> None:
-        """Call one of the reads, which must leave the state as it was."""
-        read = data.draw(st.sampled_from(self.plan.reads), label="read")
-        self.call(read, self.draw_args(data, read))
-
-    def checkpoint(self) -> int:
-        checkpoint = self.driver.checkpoint()
-        self.trace.append(f"checkpoint() -> {checkpoint}")
-        return checkpoint
-
-    def undo_and_verify(self, checkpoint: int, expected: Any) -> None:
-        report = self.driver.undo_to(checkpoint)
-        self.trace.append(f"undo_to({checkpoint})")
-        self._state = None
-        observed = self.observe()
-        restored = observed == expected and not report["skipped"]
-        self.coverage.record_undo(report, verified=restored)
-        if restored:
-            return
-        involved = sorted({c["tool"] for c in report["undone"] + report["skipped"]})
-        headline = (
-            f"undo_to({checkpoint}) did not restore the state at the checkpoint; "
-            f"tools undone: {', '.join(involved) or 'none'}"
-        )
-        raise UndoFailure(
-            format_failure(
-                headline=headline,
-                trace=self.trace,
-                expected=expected,
-                observed=observed,
-                report=report,
-                journal=self.driver.journal_since(checkpoint),
-            ),
-            tools=involved,
-        )
-
-    def repeat_idempotent(self, checkpoint: int, expected: Any) -> None:
-        """Run each compensating call of a tool marked `idempotent: true` once more, as undo
-        does when a crash left it in doubt: the state must stay as the first run left it."""
-        for undone, tool, args in self.driver.compensations_since(checkpoint):
-            policy = self.registry.policy(tool)
-            if policy is None or not policy.idempotent or REDACTED in json.dumps(args):
-                continue
-            self.trace.append(f"{format_call(tool, args)}  (again, as undo does when in doubt)")
-            self.driver.call(tool, args)
-            self._state = None
-            self._require_unchanged(
-                expected,
-                f"{tool} is marked `idempotent: true`, but running it a second time (the "
-                f"compensation of {undone}) changed the state: an in-doubt compensation "
-                "repeated after a crash would not restore it",
-                tool,
-            )
-
-
-def _error_when(registry: Registry, tool: str, args: Mapping[str, Any], value: Any) -> bool:
-    """Whether the tool's `error_when` says this result is a failure (as the proxy decides)."""
-    policy = registry.policy(tool)
-    if policy is None or policy.error_when is None:
-        return False
-    try:
-        return policy.error_when.truthy({"result": value, "args": dict(args)})
-    except CompensatorError:
-        return False  # the proxy, too, counts the call as done when it cannot tell
-
-
-def _ids(value: Any) -> Iterator[int]:
-    """Integers a result holds under keys that name ids (`id`, `parent_id`, `taskId`...)."""
-    if isinstance(value, Mapping):
-        for key, inner in value.items():
-            is_id = str(key).lower().endswith("id") and isinstance(inner, int)
-            if is_id and not isinstance(inner, bool):
-                yield inner
-            else:
-                yield from _ids(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _ids(inner)
-
-
-def _texts(value: Any) -> Iterator[str]:
-    """Short strings a result or state holds, as values (not keys)."""
-    if isinstance(value, str):
-        if 0 < len(value) <= SEEN_TEXT_LENGTH:
-            yield value
-    elif isinstance(value, Mapping):
-        for inner in value.values():
-            yield from _texts(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _texts(inner)
 
 
 def _size(state: Any) -> float:
@@ -485,7 +137,7 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
 
         roundtrip()
 
-    _replayable(harness, run)
+    _shown(harness, plan, run)
     stats = coverage.stats(tool)
     verified = stats.verified - verified_before
     if verified < required_verified(settings):
@@ -517,7 +169,7 @@ def run_read_check(
 
         reads()
 
-    _replayable(harness, run)
+    _shown(harness, plan, run)
     stats = coverage.stats(tool)
     worked = stats.calls - stats.errors
     if worked < need:
@@ -525,6 +177,21 @@ def run_read_check(
             f"{tool}: {worked} of its {stats.calls} calls worked, at least {need} required "
             "before calls that change nothing count as evidence that it only reads"
         )
+
+
+def _shown(harness: Harness, plan: Plan, run: Callable[[], None]) -> None:
+    """Run a check; a failure shrunk for a person to read is then made minimal (`minimize`):
+    no call it shows can be left out and keep it."""
+    try:
+        _replayable(harness, run)
+    except Blaming as failure:
+        phases = hypothesis.settings.default.phases if hypothesis.settings.default else ()
+        if Phase.shrink not in phases:
+            raise  # compensator infer's quick checks: nobody reads this failure
+        shorter = minimal(harness, plan, failure)
+        if shorter is failure:
+            raise
+        raise shorter from None
 
 
 def _replayable(harness: Harness, run: Callable[[], None]) -> None:
@@ -572,11 +239,13 @@ def _never_verified(
     return "\n".join(lines)
 
 
-def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMachine]:
+def build_machine(
+    harness: Harness, coverage: Coverage, plan: Plan | None = None
+) -> type[RuleBasedStateMachine]:
     """A state machine whose rules call each undoable tool and each read, checkpoint, and
     undo."""
-    plan = Plan.of(harness)
-    coverage.reads.update(plan.reads)
+    chosen = plan if plan is not None else Plan.of(harness)
+    coverage.reads.update(chosen.reads)
 
     class RegistryMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -584,7 +253,7 @@ def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMa
             coverage.examples += 1
             self._example = harness.example()
             driver = self._example.__enter__()
-            self.recorder = Recorder(driver, coverage, harness.registry, plan)
+            self.recorder = Recorder(driver, coverage, harness.registry, chosen)
             self.live: list[tuple[int, Any]] = []
 
         def teardown(self) -> None:
@@ -612,10 +281,10 @@ def build_machine(harness: Harness, coverage: Coverage) -> type[RuleBasedStateMa
             del self.live[index + 1 :]
             self.recorder.undo_and_verify(checkpoint, expected)
 
-    for tool in plan.tools:
+    for tool in chosen.tools:
         setattr(RegistryMachine, f"call_{tool}", _call_rule(tool))
         setattr(RegistryMachine, f"checkpoint_call_undo_{tool}", _guarded_rule(tool))
-    if plan.reads:
+    if chosen.reads:
         # One rule for all reads, so that they do not crowd out the undoable tools' rules.
         RegistryMachine.call_a_read = rule(data=st.data())(_call_a_read)
     return RegistryMachine
@@ -648,7 +317,10 @@ def _guarded_rule(tool: str) -> Any:
 
 
 def run_state_machine(harness: Harness, coverage: Coverage, settings: Settings) -> None:
-    machine = hypothesis.seed(settings.seed)(build_machine(harness, coverage))
-    _replayable(
-        harness, lambda: run_state_machine_as_test(machine, settings=hypothesis_settings(settings))
+    plan = Plan.of(harness)
+    machine = hypothesis.seed(settings.seed)(build_machine(harness, coverage, plan))
+    _shown(
+        harness,
+        plan,
+        lambda: run_state_machine_as_test(machine, settings=hypothesis_settings(settings)),
     )

@@ -11,9 +11,10 @@ import pytest
 from compensator.errors import CompensatorError
 from compensator.registry import Registry, load_registry
 
-from .checks import exercised_tools, left_out, run_roundtrip, run_state_machine
+from .checks import run_roundtrip, run_state_machine
 from .client import ToolCallFailed
 from .harness import Harness, example_environment
+from .plan import exercised_tools, left_out
 from .report import Coverage, NeverVerified, PromiseBroken, UndoFailure
 from .settings import Settings
 

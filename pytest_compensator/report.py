@@ -11,6 +11,7 @@ from typing import Any
 from .state import diff_states
 
 __all__ = [
+    "Blaming",
     "Coverage",
     "NeverVerified",
     "PromiseBroken",
@@ -122,19 +123,23 @@ class Coverage:
         return rows
 
 
-class _Blaming(AssertionError):
-    """A failure that names the tools involved, for `compensator infer` to set aside."""
+class Blaming(AssertionError):
+    """A failure that names the tools involved, for `compensator infer` to set aside, with
+    the steps that led to it (the Recorder's), for `minimize` to replay."""
 
-    def __init__(self, message: str, *, tools: Sequence[str] = ()) -> None:
+    def __init__(
+        self, message: str, *, tools: Sequence[str] = (), steps: Sequence[Any] = ()
+    ) -> None:
         super().__init__(message)
         self.tools = tuple(tools)
+        self.steps = tuple(steps)
 
 
-class UndoFailure(_Blaming):
+class UndoFailure(Blaming):
     """undo_to did not restore the state recorded at its checkpoint."""
 
 
-class PromiseBroken(_Blaming):
+class PromiseBroken(Blaming):
     """A call the registry promises changes nothing (a read, a call `mutating_when` calls a
     read, a call `error_when` calls failed, a repeated `idempotent` compensation) changed
     the observed state."""

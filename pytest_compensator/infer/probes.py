@@ -12,8 +12,9 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 
-from ..checks import Plan, Recorder
 from ..harness import Harness
+from ..plan import Plan
+from ..recorder import Recorder
 from ..report import Coverage
 from ..state import canonical
 from .filling import ToolInfo, expression, words

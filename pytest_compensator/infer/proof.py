@@ -17,8 +17,6 @@ from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 
 from ..checks import (
-    Plan,
-    Recorder,
     build_pre_state,
     required_verified,
     run_read_check,
@@ -26,6 +24,8 @@ from ..checks import (
     run_state_machine,
 )
 from ..harness import Harness
+from ..plan import Plan
+from ..recorder import Recorder
 from ..report import Coverage, NeverVerified
 from ..settings import Settings
 from .candidates import Candidate, Samples, ToolInfo
