@@ -23,6 +23,7 @@ from pytest_compensator.infer.candidates import (
     snapshot_tools,
     words,
 )
+from pytest_compensator.infer.filling import Source, fill
 from pytest_compensator.infer.proof import Attempt
 from pytest_compensator.infer.quarantine import quarantine_candidates
 from pytest_compensator.infer.writing import add_to_state
@@ -418,3 +419,72 @@ def test_chosen_probes_join_the_state_section_or_make_one_before_tools():
     made = add_to_state(without, [probe], path="r.yaml")
     assert yaml.safe_load(made)["state"] == [probe]
     assert made.index("state:") < made.index("tools:")
+
+
+def test_a_whole_state_restore_fills_a_list_field_by_shape_when_no_name_matches():
+    # delete_observations is put back by add_observations, whose items take `entityName` and
+    # `contents`; the graph's entities have `name` and `observations`: the noun matches the
+    # first, and the only list of strings left is the second.
+    tools = memory_tools()
+    graph = ToolInfo(name="m__read_graph", prefix="m__", schema={"type": "object"}, read_only=True)
+    tools[graph.name] = graph
+    entity = {"name": "a", "entityType": "t", "observations": ["x", "y"]}
+    deletion = [{"entityName": "a", "observations": ["x"]}]
+    samples = Samples(args=[{"deletions": deletion}], results=[{"success": True}])
+    samples.snapshots[graph.name] = [{"entities": [entity], "relations": []}]
+    found = compensable_candidates(
+        tools["m__delete_observations"], tools, [graph], samples, whole=[graph.name]
+    )
+    assert found, "nothing filled add_observations' contents"
+    entry = found[0].entry
+    assert entry["snapshot_tool"] == "m__read_graph"
+    assert entry["inverse_tool"] == "m__add_observations"
+    assert entry["inverse_args"] == {
+        "observations": "{snapshot.entities[*].{entityName: name, contents: observations}}"
+    }
+
+
+def test_a_list_of_objects_is_never_passed_whole_where_strings_are_taken():
+    tools = memory_tools()
+    entities = Source(("snapshot", "entities"), ([{"name": "a", "entityType": "t"}],))
+    assert fill(tools["m__delete_entities"], [entities]) == {
+        "entityNames": "{snapshot.entities[*].name}"
+    }
+
+
+def test_an_inverse_with_debris_is_tried_with_each_maker_added_in_turn():
+    # create_entities is undone by delete_entities on what it made, which also deletes the
+    # relations naming it that were there before: they come back from the snapshot. Putting
+    # observations back too would fail on entities that are gone, so that shape comes after.
+    tools = memory_tools()
+    relation = {
+        "type": "object",
+        "properties": {"from": {"type": "string"}, "to": {"type": "string"}},
+        "required": ["from", "to"],
+    }
+    relations = {
+        "type": "object",
+        "properties": {"relations": {"type": "array", "items": relation}},
+        "required": ["relations"],
+    }
+    tools["m__create_relations"] = ToolInfo(
+        name="m__create_relations", prefix="m__", schema=relations
+    )
+    graph = ToolInfo(name="m__read_graph", prefix="m__", schema={"type": "object"}, read_only=True)
+    tools[graph.name] = graph
+    made = {"name": "b", "entityType": "t", "observations": []}
+    samples = Samples(args=[{"entities": [made]}], results=[{"entities": [made]}])
+    old = {"name": "a", "entityType": "t", "observations": ["x"]}
+    samples.snapshots[graph.name] = [{"entities": [old], "relations": [{"from": "a", "to": "b"}]}]
+    found = compensable_candidates(
+        tools["m__create_entities"], tools, [graph], samples, whole=[graph.name]
+    )
+    shapes = [[step["tool"] for step in c.entry.get("inverse", [])] for c in found]
+    wanted = ["m__delete_entities", "m__create_relations"]
+    assert wanted in shapes, shapes
+    entry = found[shapes.index(wanted)].entry
+    assert entry["inverse"][0]["args"] == {"entityNames": "{result.entities[*].name}"}
+    assert entry["inverse"][1]["args"] == {"relations": "{snapshot.relations}"}
+    # Each maker alone, then all of them.
+    assert shapes.index(wanted) < len(shapes) - 1
+    assert len(shapes[-1]) == 3

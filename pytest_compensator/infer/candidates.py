@@ -391,7 +391,9 @@ def _whole_after_inverse(
 ) -> list[Candidate]:
     """For a tool that makes things: its opposite on what it made, then the server's other
     makers filled from a snapshot of the whole state, for what the opposite takes away
-    besides (deleting an entity deletes the relations that named it before it existed)."""
+    besides (deleting an entity deletes the relations that named it before it existed).
+    One candidate per maker, then one with them all: a maker the undo does not need can
+    break it (observations put back on an entity that is gone)."""
     if not looks_creating(tool):
         return []
     results, arg_sources = sources("result", samples.results), sources("args", samples.args)
@@ -401,13 +403,15 @@ def _whole_after_inverse(
         args = fill(inverse, [*results, *arg_sources], id_from=results)
         if inverse.name == tool.name or args is None:
             continue
-        steps = [{"tool": inverse.name, "args": args}]
+        first = {"tool": inverse.name, "args": args}
+        makers = []
         for other in _makers(tool, offered):
             other_args = fill(other, lists)
             if other_args and restores(other_args):
-                steps.append({"tool": other.name, "args": other_args})
-        if len(steps) > 1:
-            out.append(compensable_entry(read, {}, steps, shape="whole state"))
+                makers.append({"tool": other.name, "args": other_args})
+        shapes = [[maker] for maker in makers] + ([makers] if len(makers) > 1 else [])
+        for shape in shapes:
+            out.append(compensable_entry(read, {}, [first, *shape], shape="whole state"))
     return out
 
 

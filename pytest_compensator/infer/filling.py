@@ -142,6 +142,16 @@ class Source:
         first = [str(k) for k in items[0]]
         return [k for k in first if all(k in item for item in items)]
 
+    def item_values(self, key: str) -> list[Any]:
+        """For a list of objects, what its items hold under `key`, over every sample."""
+        return [
+            item[key]
+            for value in self.values
+            if isinstance(value, list)
+            for item in value
+            if isinstance(item, Mapping) and key in item
+        ]
+
     @property
     def object_list(self) -> bool:
         """A list whose items (in the samples that had any) are objects."""
@@ -213,9 +223,23 @@ def _source_for(
                 return source
     if (schema_types(schema) or set()) == {"array"}:
         lists = [s for s in available if s.object_list and any(s.values)]
-        if len(lists) == 1:
+        if len(lists) == 1 and _has_required_keys(lists[0], schema):
             return lists[0]
     return None
+
+
+def _has_required_keys(source: Source, schema: Any) -> bool:
+    """Whether the list's items (objects) can be the array's items: objects are allowed
+    there (a list of entities is no list of names), with every key the items require (nor
+    a list of `{entityName, contents}`)."""
+    items = schema.get("items") if isinstance(schema, Mapping) else None
+    allowed = schema_types(items)
+    if allowed is not None and "object" not in allowed:
+        return False
+    required = items.get("required") if isinstance(items, Mapping) else None
+    if not isinstance(required, list):
+        return True
+    return set(map(str, required)) <= set(source.item_keys)
 
 
 def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | None:
@@ -240,7 +264,7 @@ def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | No
                 if wanted in (field + "s", noun + field + "s", singular(noun + field) + "s"):
                     return "{" + expression(*source.path) + "[*]." + expression(key) + "}"
         elif item_types == {"object"} and isinstance(items, Mapping):
-            mapped = _rekeyed(items, keys, noun)
+            mapped = _rekeyed(items, source, noun)
             if mapped is None:
                 continue
             path = expression(*source.path)
@@ -251,14 +275,17 @@ def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | No
     return None
 
 
-def _rekeyed(items: Mapping[str, Any], keys: Sequence[str], noun: str) -> dict[str, str] | None:
+def _rekeyed(items: Mapping[str, Any], source: Source, noun: str) -> dict[str, str] | None:
     """The item properties an array argument takes -> the source items' keys to fill them
     from: the same name, a name ending in it (`addedObservations` for `observations`), or
-    the list's noun with it (`name` of an `entities` item for `entityName`). None when a
-    required property (every property, when the schema names none) has no key."""
+    the list's noun with it (`name` of an `entities` item for `entityName`); last, for a
+    required property still without one, the only key left whose values are lists and fit
+    it (`contents` from an entity's `observations`). None when a required property (every
+    property, when the schema names none) has no key."""
     properties = items.get("properties")
     if not isinstance(properties, Mapping) or not properties:
         return None
+    keys = source.item_keys
     required = items.get("required")
     needed = [str(r) for r in required] if isinstance(required, list) else list(properties)
     mapped: dict[str, str] = {}
@@ -269,6 +296,31 @@ def _rekeyed(items: Mapping[str, Any], keys: Sequence[str], noun: str) -> dict[s
         found += [k for k in keys if noun + normal(k) == wanted]
         if found:
             mapped[prop] = found[0]
-        elif prop in needed:
+    for prop in needed:
+        if prop in mapped:
+            continue
+        # Only lists are matched by shape: two strings (a name, a type) are told apart by
+        # name alone, and a wrong pick there would write one into the other.
+        left = [
+            k
+            for k in keys
+            if k not in mapped.values()
+            and (schema_types(properties.get(prop)) or set()) == {"array"}
+            and Source((k,), tuple(source.item_values(k))).fits(properties.get(prop))
+            and _lists_fit(source.item_values(k), properties.get(prop))
+        ]
+        if len(left) != 1:
             return None
+        mapped[prop] = left[0]
     return mapped
+
+
+def _lists_fit(values: Sequence[Any], schema: Any) -> bool:
+    """Every value is a list whose elements fit the array schema's `items`."""
+    items = schema.get("items") if isinstance(schema, Mapping) else None
+    allowed = schema_types(items)
+    return all(
+        isinstance(value, list)
+        and (allowed is None or all(_json_type(v) in allowed for v in value))
+        for value in values
+    )
