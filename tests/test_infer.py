@@ -76,7 +76,8 @@ def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_p
     # done before the call: rejected, with the calls that show it.
     tempting, kept = complete["attempts"][0], complete["attempts"][-1]
     assert tempting["candidate"] == "reversible: tasks__uncomplete_task(id={args.id})"
-    assert tempting["outcome"] == "failed" and tempting["shrunk"]
+    # Not shrunk: the tool was proven, and its comment names what it rejected by headline.
+    assert tempting["outcome"] == "failed" and not tempting["shrunk"]
     sequence = tempting["failing_sequence"]
     assert "did not restore the state at the checkpoint" in sequence[0]
     checkpoint = next(i for i, line in enumerate(sequence) if line.startswith("checkpoint()"))

@@ -440,7 +440,9 @@ def test_a_whole_state_restore_fills_a_list_field_by_shape_when_no_name_matches(
     assert entry["snapshot_tool"] == "m__read_graph"
     assert entry["inverse_tool"] == "m__add_observations"
     assert entry["inverse_args"] == {
-        "observations": "{snapshot.entities[*].{entityName: name, contents: observations}}"
+        "observations": (
+            "{first_by(snapshot.entities, &name)[*].{entityName: name, contents: observations}}"
+        )
     }
 
 
@@ -479,12 +481,13 @@ def test_an_inverse_with_debris_is_tried_with_each_maker_added_in_turn():
     found = compensable_candidates(
         tools["m__create_entities"], tools, [graph], samples, whole=[graph.name]
     )
-    shapes = [[step["tool"] for step in c.entry.get("inverse", [])] for c in found]
-    wanted = ["m__delete_entities", "m__create_relations"]
-    assert wanted in shapes, shapes
-    entry = found[shapes.index(wanted)].entry
-    assert entry["inverse"][0]["args"] == {"entityNames": "{result.entities[*].name}"}
-    assert entry["inverse"][1]["args"] == {"relations": "{snapshot.relations}"}
-    # Each maker alone, then all of them.
-    assert shapes.index(wanted) < len(shapes) - 1
-    assert len(shapes[-1]) == 3
+    wanted = [
+        {"tool": "m__delete_entities", "args": {"entityNames": "{result.entities[*].name}"}},
+        {"tool": "m__create_relations", "args": {"relations": "{snapshot.relations}"}},
+    ]
+    steps = [c.entry.get("inverse", []) for c in found]
+    assert wanted in steps, steps
+    # Each maker alone, then all of them (observations onto the first entity of a name).
+    assert steps.index(wanted) < len(steps) - 1
+    assert steps[-1][:1] == wanted[:1] and len(steps[-1]) == 3
+    assert "first_by(snapshot.entities, &name)" in str(steps[-1])

@@ -324,7 +324,10 @@ def compensable_candidates(
             continue  # never read before a call: a snapshot would fail every time
         snap = sources("snapshot", samples.shapes(read.name))
         if not filling:
-            out += _whole_restores(tool, offered, read, snap)
+            # A maker's opposite filled from the snapshot would take away what was there
+            # before: makers get their opposite from their result, then the snapshot's lists.
+            if not looks_creating(tool):
+                out += _whole_restores(tool, offered, read, snap)
             out += _whole_after_inverse(tool, offered, read, snap, samples)
             continue
         for writer in ranked:
@@ -341,10 +344,10 @@ def _whole_restores(
     tool: ToolInfo, offered: Mapping[str, ToolInfo], read: ToolInfo, snap: list[Source]
 ) -> list[Candidate]:
     """Undo from a snapshot of the whole state: the tool's opposite (`create_entities` for
-    `delete_entities`) filled from the snapshot's lists; then the same followed by every
-    other tool of the server that makes things and takes a list the snapshot holds (the
-    relations that went with deleted entities). Both rely on the server skipping what is
-    still there, which the round trip shows or refutes."""
+    `delete_entities`) filled from the snapshot's lists; then the same followed by each other
+    tool of the server that makes things and takes a list the snapshot holds (the relations
+    that went with deleted entities), one at a time, then all of them. All rely on the server
+    skipping what is still there, which the round trip shows or refutes."""
     opposites = [o for o in opposite_tools(tool, offered) if o.name != tool.name]
     makers = _makers(tool, offered)
     lists = [s for s in snap if len(s.path) == 2 and s.object_list]
@@ -353,19 +356,20 @@ def _whole_restores(
         first_args = fill(first, lists)
         if not first_args or not restores(first_args):
             continue
-        steps = [{"tool": first.name, "args": first_args}]
-        out.append(compensable_entry(read, {}, steps, shape="whole state"))
-        used = {v for v in first_args.values()}
+        step = {"tool": first.name, "args": first_args}
+        out.append(compensable_entry(read, {}, [step], shape="whole state"))
+        used = set(first_args.values())
+        others = []
         for other in makers:
             other_args = fill(other, lists)
             if other is first or not other_args or set(other_args.values()) & used:
                 continue
-            if not restores(other_args):
-                continue
-            used |= set(other_args.values())
-            steps.append({"tool": other.name, "args": other_args})
-        if len(steps) > 1:
-            out.append(compensable_entry(read, {}, steps, shape="whole state"))
+            if restores(other_args):
+                used |= set(other_args.values())
+                others.append({"tool": other.name, "args": other_args})
+        shapes = [[o] for o in others] + ([others] if len(others) > 1 else [])
+        for shape in shapes:
+            out.append(compensable_entry(read, {}, [step, *shape], shape="whole state"))
     return out
 
 
@@ -429,7 +433,7 @@ def restores(args: Mapping[str, str]) -> bool:
     """Whether a write takes something other than an identity (an id, a path, a name) from
     the snapshot: else it only repeats the call on the same thing."""
     return any(
-        template.startswith("{snapshot.") and not _is_identity(name)
+        template.startswith(("{snapshot.", "{first_by(snapshot.")) and not _is_identity(name)
         for name, template in args.items()
     )
 

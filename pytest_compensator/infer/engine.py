@@ -245,13 +245,16 @@ class Inference:
 
     def _try(self, tool: str, candidates: list[Candidate]) -> bool:
         """Prove the candidates in order, within the tool's budget; True once one passes.
-        Then the counterexample of the best failed candidate is shrunk, for the person."""
+        When none did, the counterexample of the best failed candidate is shrunk, for the
+        person: the comment of a proven entry names what it rejected by the headline only,
+        so shrinking there would cost seconds nobody reads."""
         entries = {t: e for t, e in self._entries().items() if t != tool}
         proven = self._candidates(tool, candidates)
         outcome = self.report.outcomes[tool]
         best = outcome.best_failure
         within = outcome.seconds < self.budget
-        if best is not None and best.outcome == "failed" and not best.shrunk and within:
+        wanted = not proven and best is not None and best.outcome == "failed"
+        if wanted and best is not None and not best.shrunk and within:
             self.say(f"  {tool}: shrinking the counterexample of {best.candidate.summary}")
             again = self.prover.prove(entries, tool, best.candidate, shrink=True)
             outcome.seconds += again.seconds

@@ -270,8 +270,22 @@ def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | No
             path = expression(*source.path)
             if all(k == v for k, v in mapped.items()) and set(mapped) == set(keys):
                 return "{" + path + "}"
+            address = _address(mapped)
+            if address is not None and source.path[0] == "snapshot":
+                # Items are addressed by this key: where a snapshot holds two alike (two
+                # entities named "a"), the server acts on the first, so only that one goes.
+                path = f"first_by({path}, &{expression(address)})"
             pairs = ", ".join(f"{expression(k)}: {expression(v)}" for k, v in mapped.items())
             return "{" + path + "[*].{" + pairs + "}}"
+    return None
+
+
+def _address(mapped: Mapping[str, str]) -> str | None:
+    """The source key whose value names the item the call acts on (`name` for
+    `entityName`), when the argument's items have one."""
+    for prop, key in mapped.items():
+        if words(prop)[-1:] in (["name"], ["id"], ["key"]):
+            return key
     return None
 
 

@@ -24,6 +24,9 @@ __all__ = ["AutoProbe", "probe_entries", "rank_probe_tools", "try_probe"]
 PROBE_EXAMPLES = 12
 """Fresh states on which a possible probe is read, written to and read again."""
 
+WRITES_PER_EXAMPLE = 4
+"""Writes an example tries, reading the probe after each that worked, until one shows."""
+
 _WHOLE_STATE_VERBS = (("read",), ("list",), ("get", "all"), ("dump",), ("export",))
 
 
@@ -86,13 +89,17 @@ def try_probe(harness: Harness, probe: str, writers: Sequence[str], seed: int) -
                 unstable.append("two reads in a row differed")
             fresh.append(canonical(first.value))
             recorder = Recorder(driver, Coverage(), harness.registry, plan)
-            writer = data.draw(st.sampled_from(list(writers)), label="writer")
-            reply = driver.call(writer, recorder.draw_args(data, writer))
-            if reply.is_error:
-                return
-            later = driver.call(probe, {})
-            if not later.is_error and canonical(later.value) != canonical(first.value):
-                after.append((writer, later.value))
+            # Several writes an example: a random write is often a no-op (an empty list, a
+            # delete on an empty server), and one per example left the verdict to the seed.
+            for _ in range(WRITES_PER_EXAMPLE):
+                writer = data.draw(st.sampled_from(list(writers)), label="writer")
+                reply = driver.call(writer, recorder.draw_args(data, writer))
+                if reply.is_error:
+                    continue
+                later = driver.call(probe, {})
+                if not later.is_error and canonical(later.value) != canonical(first.value):
+                    after.append((writer, later.value))
+                    return
 
     trial()
     if unstable:
@@ -101,7 +108,8 @@ def try_probe(harness: Harness, probe: str, writers: Sequence[str], seed: int) -
         found.reason = "not used: it read differently on fresh states"
     elif not after:
         found.reason = (
-            f"not used: its result never changed after {PROBE_EXAMPLES} sample writes "
+            f"not used: its result never changed after up to {PROBE_EXAMPLES * WRITES_PER_EXAMPLE} "
+            "sample writes "
             f"({', '.join(writers)})"
         )
     else:
