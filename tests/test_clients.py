@@ -78,24 +78,34 @@ def test_a_shipped_registry_is_matched_by_package_or_command(
 
 
 def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_path: Path) -> None:
+    token = "ghp_0123456789abcdefABCDEF"
     servers = {
         "a": server("a", command="x", env={"TOKEN": "one-secret", "MODE": "fast"}),
         "b": server("b", command="y", env={"TOKEN": "two-secret", "MODE": "fast"}),
-        "kv": server("kv", url="http://h/mcp", headers={"Authorization": "Bearer three-secret"}),
+        "c": server("c", command="z", env={"GH": token, "DSN": "pg://me:pw@h/db", "N": "7"}),
+        "kv": server(
+            "kv",
+            url="http://h/mcp",
+            headers={"Authorization": "Bearer three-secret", "X-Org": "acme"},
+        ),
     }
     names = variables(servers)
+    # Only what looks secret: by its name, a token-like value, a URL with a password.
     assert names == {
-        "a": {"TOKEN": "A_TOKEN", "MODE": "MODE"},
-        "b": {"TOKEN": "B_TOKEN", "MODE": "MODE"},
+        "a": {"TOKEN": "A_TOKEN"},
+        "b": {"TOKEN": "B_TOKEN"},
+        "c": {"GH": "GH", "DSN": "DSN"},
         "kv": {"Authorization": "KV_AUTHORIZATION"},
     }
     tools = {name: [] for name in servers}
     text = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="h").text
-    assert "secret" not in text
-    environ = {"A_TOKEN": "1", "B_TOKEN": "2", "MODE": "m", "KV_AUTHORIZATION": "z"}
+    assert "secret" not in text and token not in text and ":pw@" not in text
+    environ = {"A_TOKEN": "1", "B_TOKEN": "2", "KV_AUTHORIZATION": "z", "GH": "g", "DSN": "d"}
     registry = parse_registry(text, tmp_path / "r.yaml", environ)
-    assert registry.servers["a"].env == {"TOKEN": "1", "MODE": "m"}
-    assert registry.servers["kv"].headers == {"Authorization": "z"}
+    # The rest is written as it is: nothing to export for a mode or a number.
+    assert registry.servers["a"].env == {"TOKEN": "1", "MODE": "fast"}
+    assert registry.servers["c"].env == {"GH": "g", "DSN": "d", "N": "7"}
+    assert registry.servers["kv"].headers == {"Authorization": "z", "X-Org": "acme"}
 
 
 def test_the_data_of_a_known_server_moves_to_the_workdir_under_pytest(tmp_path: Path) -> None:
@@ -155,12 +165,8 @@ def test_data_paths_in_env_and_options_move_to_the_workdir_under_pytest(tmp_path
     text = propose(servers, {}, {}, project=tmp_path, home=tmp_path, header="").text
     assert "tok-secret" not in text
     # data paths are written out, so nothing needs exporting for them
-    assert variables(servers) == {
-        "m": {"API_TOKEN": "API_TOKEN"},
-        "d": {},
-        "o": {"LOG_LEVEL": "LOG_LEVEL", "DB_URL": "DB_URL"},
-    }
-    environ = {"API_TOKEN": "t", "LOG_LEVEL": "debug", "DB_URL": "pg://h/db"}
+    assert variables(servers) == {"m": {"API_TOKEN": "API_TOKEN"}, "d": {}, "o": {}}
+    environ = {"API_TOKEN": "t"}
     yours = parse_registry(text, tmp_path / "r.yaml", environ).servers
     assert yours["m"].env == {"MEMORY_FILE_PATH": "/home/u/graph.jsonl", "API_TOKEN": "t"}
     # unset, the memory server's own default file: a relative path is taken from its code

@@ -16,6 +16,7 @@ from compensator.registry import (
     TestSpec,
     load_registry,
     parse_registry,
+    registry_environment,
 )
 
 HEAD = """\
@@ -273,6 +274,20 @@ def test_missing_variable(tmp_path: Path) -> None:
     assert "environment variable API_TOKEN is not set" in message
     assert "export API_TOKEN=" in message
     assert "${API_TOKEN:-default}" in message
+    # It says who needs it, and who does not.
+    assert "serve, check" in message and "undo --dry-run does not" in message
+
+
+def test_a_command_that_starts_no_server_needs_none_of_their_variables(tmp_path: Path) -> None:
+    text = HEAD.replace("  notes:\n", "  notes:\n    env: {TOKEN: '${API_TOKEN}', M: '${M:-x}'}\n")
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    environ = registry_environment({}, starts_servers=False)
+    environ.pop("API_TOKEN", None)
+    environ.pop("M", None)
+    env = load_registry(path, environ).servers["notes"].env
+    assert env["TOKEN"] == "${API_TOKEN}"  # stands as its reference
+    assert env["M"] == "x"  # a default still applies
 
 
 def test_malformed_variable(tmp_path: Path) -> None:

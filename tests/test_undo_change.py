@@ -125,6 +125,9 @@ async def test_bad_undo_change_arguments_are_error_results(
             ({}, "change_id is required"),
             ({"change_id": "1"}, "change_id must be a positive integer"),
             ({"change_id": True}, "change_id must be a positive integer"),
+            # As the client sent it, and what null from a client usually means.
+            ({"change_id": "abc"}, 'got "abc"'),
+            ({"change_id": None}, "got null (a client that could not read what you typed"),
             ({"change_id": 1, "dry_run": "yes"}, "dry_run must be true or false"),
             ({"change_id": 1, "checkpoint_id": 1}, "unknown argument(s) checkpoint_id"),
             ({"change_id": 999}, "no change 999 to undo"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -346,6 +347,13 @@ def run_log(args: argparse.Namespace) -> int:
 
     journal: JournalStore | None = None
     try:
+        if args.db is None and not os.environ.get("COMPENSATOR_DB") and not args.config.is_file():
+            # The journal's name is derived from the registry's path: a mistyped path would
+            # only be reported as a journal that does not exist.
+            raise CompensatorError(
+                f"--config {args.config}: no such file; pass the registry `serve --config` "
+                "was given, or the journal itself with --db"
+            )
         journal = open_journal(journal_path(args.db, args.config), read_only=True)
         listing = select(
             journal,

@@ -154,6 +154,7 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     try:
         db = args.db if args.db is not None else default_journal_path(args.config)
+        _refuse_missing_folder(args.db, args.config)
         anyio.run(serve, args.config, db, options)
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
@@ -164,6 +165,24 @@ def run_serve(args: argparse.Namespace) -> int:
         if http is not None:
             http.close()
     return 0
+
+
+def _refuse_missing_folder(db: str | None, config: Path) -> None:
+    """A --db file whose folder does not exist is a typo more often than a wish: creating
+    the folders would journal to a place nobody looks at. The default journal's folder
+    (under $XDG_STATE_HOME) is made as it is without --db."""
+    if db is None:
+        return
+    from ..journal.store import journal_address  # here: `--help` starts without the stores
+
+    address = journal_address(str(db))
+    if not isinstance(address, Path) or address.parent.is_dir():
+        return
+    if address.absolute() != Path(default_journal_path(config)).absolute():
+        raise CompensatorError(
+            f"--db {db}: the folder {address.parent} does not exist. Create it first "
+            f"(mkdir -p {address.parent}) or pass a path in a folder that exists"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

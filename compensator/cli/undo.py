@@ -192,13 +192,17 @@ async def undo(
 # -- output -------------------------------------------------------------------------------
 
 
-def render_plan(plan: Plan, *, width: int, style: Styler) -> str:
+def render_plan(plan: Plan, *, width: int, style: Styler, full: bool = False) -> str:
+    """The plan as a table; `full`: compensating calls wrapped, never cut."""
     lines = [f"compensator undo: {plan.journal}", plan.title, ""]
     entries = plan.entries
     if not entries:
         lines.append(plan.empty)
         return "\n".join(lines)
-    rows = [[str(entry["id"]), entry["tool"], _plan_cell(kind, entry)] for kind, entry in entries]
+    rows = [
+        [str(entry["id"]), entry["tool"], _plan_cell(kind, entry, full=full)]
+        for kind, entry in entries
+    ]
     columns: tuple[Column, ...] = _PLAN_COLUMNS
     if len({entry["agent"] for _, entry in entries}) > 1:
         # Several agents' changes: say whose each one is.
@@ -213,7 +217,7 @@ def render_plan(plan: Plan, *, width: int, style: Styler) -> str:
     return "\n".join(lines)
 
 
-def _plan_cell(kind: str, entry: dict[str, Any]) -> Cell:
+def _plan_cell(kind: str, entry: dict[str, Any], *, full: bool = False) -> Cell:
     if kind == "skipped":
         return Cell(text=f"skip: {entry['reason']}", style="yellow")
     if kind == "nothing_to_undo":
@@ -222,7 +226,7 @@ def _plan_cell(kind: str, entry: dict[str, Any]) -> Cell:
     if not calls:
         return Cell(text="settle: no compensating call is needed", style="dim")
     text = "\n".join(f"call {call['tool']} {compact(call['args'])}" for call in calls)
-    return Cell(text=text, overflow="truncate")
+    return Cell(text=text, overflow="wrap" if full else "truncate")
 
 
 def _counts(report: UndoReport, *, future: bool) -> str:
@@ -356,6 +360,11 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
         help="undo change N alone, if no later change to its server could depend on it",
     )
     parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="show each compensating call's arguments whole (wrapped), not cut to the width",
+    )
     parser.add_argument("--yes", "-y", action="store_true", help="undo without asking")
     parser.add_argument(
         "--force",
@@ -378,7 +387,9 @@ def run_undo(args: argparse.Namespace) -> int:
     try:
         from ..registry import load_registry, registry_environment  # YAML: when run
 
-        registry = load_registry(args.config, environ=registry_environment())
+        # A dry run only plans: it starts no server, so needs none of their variables.
+        environ = registry_environment(starts_servers=not args.dry_run)
+        registry = load_registry(args.config, environ=environ)
         path = journal_path(args.db, args.config)
         import anyio
 
@@ -386,7 +397,7 @@ def run_undo(args: argparse.Namespace) -> int:
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)
         return 1
-    print(render_plan(plan, width=terminal_width(), style=style))
+    print(render_plan(plan, width=terminal_width(), style=style, full=args.full))
     if not plan.entries or args.dry_run:
         if plan.entries:
             print("Dry run: nothing was changed.")

@@ -56,7 +56,10 @@ examples:
 
 def add_wire_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", required=True, type=Path, help="the registry the proxy will serve"
+        "--config",
+        type=Path,
+        default=Path("compensators.yaml"),
+        help="the registry the proxy will serve (default: compensators.yaml, as init writes it)",
     )
     add_client_arguments(parser)
     _add_answers(parser)
@@ -124,10 +127,16 @@ def run_unwire(args: argparse.Namespace) -> int:
 
 def _registry_servers(config: Path) -> set[str]:
     """The server names of a registry (read as plain YAML: its `${VAR}` need not be set)."""
+    if not config.is_file():
+        raise CompensatorError(
+            f"--config {config}: no such file. Write one with `compensator init` (it writes "
+            "compensators.yaml here), or name yours with --config"
+        )
     try:
         data = yaml.safe_load(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CompensatorError(f"{config}: cannot read the registry: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise CompensatorError(f"{config}: cannot read the registry: {why}") from exc
     servers = data.get("servers") if isinstance(data, dict) else None
     if not isinstance(servers, dict) or not servers:
         raise CompensatorError(f"{config}: no servers: in it; is it a registry?")

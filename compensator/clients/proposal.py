@@ -61,9 +61,11 @@ def _shipped(file: str) -> dict[str, Any]:
 
 
 def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
-    """For each server, its env (and header) names -> the `${VAR}` name the registry uses:
-    the env name itself unless another server sets it to something else, then SERVER_NAME.
-    A data path in `env:` is no variable: it is written out, redirected (`data_path`)."""
+    """For each server, the env (and header) names whose values look secret (`secret`) ->
+    the `${VAR}` name the registry uses: the env name itself unless another server sets it
+    to something else, then SERVER_NAME. Every other value is written out as it is, a data
+    path redirected (`data_path`): a mode or a log level made a required variable only
+    stopped `check` until someone exported it."""
     values: dict[str, set[str]] = {}
     for server in servers.values():
         for key, value in server.env.items():
@@ -74,10 +76,35 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
         names[registry_name] = {
             key: key if len(values[key]) == 1 and _plain(key) else f"{own}_{_upper(key)}"
             for key, value in server.env.items()
-            if data_path(key, value) is None
+            if data_path(key, value) is None and secret(key, value)
         }
-        names[registry_name].update({key: f"{own}_{_upper(key)}" for key in server.headers})
+        names[registry_name].update(
+            {key: f"{own}_{_upper(key)}" for key, v in server.headers.items() if secret(key, v)}
+        )
     return names
+
+
+# Names that hold secrets, as the words of a name or inside one (APIKEY, GITHUB_PAT is not).
+_SECRET_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH", "CREDENTIAL", "COOKIE")
+# A value that looks like a token: one long run of letters and digits (and _-.=+), with both.
+# A URL that carries a password: postgres://user:password@host/db.
+_PASSWORD_IN_URL = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+_TOKEN = re.compile(r"(?:bearer\s+|basic\s+)?([A-Za-z0-9_\-.=+]{16,})", re.IGNORECASE)
+
+
+def secret(key: str, value: str) -> bool:
+    """Whether an env or header value is kept out of the registry as a `${VAR}`: its name
+    says secret, it is a URL with a password in it, or the value looks like a token
+    (`sk-...`, `ghp_...`, a long random run of letters and digits)."""
+    if any(part in key.upper() for part in _SECRET_PARTS):
+        return True
+    if _PASSWORD_IN_URL.search(value):
+        return True
+    token = _TOKEN.fullmatch(value.strip())
+    if token is None:
+        return False
+    run = token.group(1)
+    return any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
 
 
 def _upper(name: str) -> str:
@@ -172,20 +199,19 @@ def _server_lines(
     def text(value: str) -> str:
         return json.dumps(_references(value, server.source.client, project, home))
 
-    def refs(values: Mapping[str, str]) -> str:
-        return "{" + ", ".join(f'{json.dumps(k)}: "${{{names[k]}}}"' for k in values) + "}"
+    def value(key: str, raw: str) -> str:
+        """A secret as its `${VAR}`, a data path redirected, anything else as it is."""
+        if key in names:
+            return f'"${{{names[key]}}}"'
+        translated = _references(raw, server.source.client, project, home)
+        return json.dumps(data_path(key, translated) or translated)
 
-    def env(values: Mapping[str, str]) -> str:
-        shown = [
-            f"{json.dumps(k)}: " + (f'"${{{names[k]}}}"' if k in names else json.dumps(path))
-            for k, v in values.items()
-            for path in [data_path(k, _references(v, server.source.client, project, home))]
-        ]
-        return "{" + ", ".join(shown) + "}"
+    def mapping(values: Mapping[str, str]) -> str:
+        return "{" + ", ".join(f"{json.dumps(k)}: {value(k, v)}" for k, v in values.items()) + "}"
 
     if server.url is not None:
         out = [f"  url: {text(server.url)}"]
-        return out + ([f"  headers: {refs(server.headers)}"] if server.headers else [])
+        return out + ([f"  headers: {mapping(server.headers)}"] if server.headers else [])
     out = [f"  command: {text(server.command or '')}"]
     if server.args:
         args = [_references(a, server.source.client, project, home) for a in server.args]
@@ -197,7 +223,7 @@ def _server_lines(
         # taken from there too, so `.` in the proxy a client starts is that same file.
         values["MEMORY_FILE_PATH"] = "./memory.jsonl"
     if values:
-        out.append(f"  env: {env(values)}")
+        out.append(f"  env: {mapping(values)}")
     if server.cwd:
         out.append(f"  cwd: {text(server.cwd)}")
     return out

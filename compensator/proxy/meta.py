@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -141,9 +142,17 @@ def _checkpoint_id(tool: str, value: Any) -> int:
 def _id(tool: str, name: str, source: str, value: Any) -> int:
     # bool is an int subclass in Python, but `true` is no id.
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ID:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        # Shown as the client sent it (JSON): `null`, `"abc"`, not Python's None and 'abc'.
+        shown = json.dumps(value, default=str)
+        shown = shown if len(shown) <= 40 else shown[:40] + "..."
+        hint = (
+            " (a client that could not read what you typed as a number sends null: "
+            "give the number itself, e.g. 3)"
+            if value is None
+            else ""
+        )
         raise MetaArgumentError(
-            f"{tool}: {name} must be a positive integer from {source}, got {shown}"
+            f"{tool}: {name} must be a positive integer from {source}, got {shown}{hint}"
         )
     return value
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ..errors import CompensatorError
 
-__all__ = ["Concealer", "VariableError", "expand", "registry_environment"]
+__all__ = ["Concealer", "StartsNoServer", "VariableError", "expand", "registry_environment"]
 
 MIN_LENGTH = 4
 """Shorter values (`1`, `on`, `.`) are never concealed: replacing them would garble every
@@ -36,11 +36,25 @@ class VariableError(CompensatorError, ValueError):
         self.fix = fix
 
 
-def registry_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def registry_environment(
+    extra: Mapping[str, str] | None = None, *, starts_servers: bool = True
+) -> dict[str, str]:
     """What `${VAR}` expand from: this process's environment, with COMPENSATOR_PYTHON (the
     interpreter running it, so a Python server can share its packages) unless set, and
-    `extra` on top."""
-    return {"COMPENSATOR_PYTHON": sys.executable, **os.environ, **(extra or {})}
+    `extra` on top. For a command that starts no server, a variable not set is no error."""
+    made = {"COMPENSATOR_PYTHON": sys.executable, **os.environ, **(extra or {})}
+    return made if starts_servers else StartsNoServer(made)
+
+
+class StartsNoServer(dict[str, str]):
+    """The environment of a command that starts no server (`undo --dry-run`): a variable
+    it lacks stays its own `${NAME}` reference, since only a server's start needs it."""
+
+
+_NEEDED_BY = (
+    "the commands that start this registry's servers need it (serve, check, explain, undo, "
+    "init --infer, pytest --compensator-config); undo --dry-run does not"
+)
 
 
 def expand(text: str, environ: Mapping[str, str], used: dict[str, str]) -> str:
@@ -61,8 +75,10 @@ def expand(text: str, environ: Mapping[str, str], used: dict[str, str]) -> str:
             return value
         if default is not None:
             return default
-        fix = f"Export it before starting (export {name}=...) or write ${{{name}:-default}}."
-        raise VariableError(f"environment variable {name} is not set", fix)
+        if isinstance(environ, StartsNoServer):
+            return match.group(0)
+        fix = f"Export it (export {name}=...) or write ${{{name}:-default}}."
+        raise VariableError(f"environment variable {name} is not set; {_NEEDED_BY}", fix)
 
     return _REFERENCE.sub(substitute, text)
 
