@@ -27,6 +27,7 @@ __all__ = [
     "ToolInfo",
     "compensable_candidates",
     "compensable_entry",
+    "failed_in_band",
     "in_band_failure",
     "looks_creating",
     "looks_read",
@@ -528,7 +529,7 @@ def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Ca
     worked = [
         args
         for args, result in zip(samples.args, samples.results, strict=True)
-        if error_when is None or not _failed_in_band(result)
+        if error_when is None or not failed_in_band(result)
     ]
     extra: dict[str, Any] = {}
     notes = []
@@ -554,7 +555,8 @@ def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Ca
     ]
 
 
-def _failed_in_band(result: Any) -> bool:
+def failed_in_band(result: Any) -> bool:
+    """A result that says, inside it, that the call failed (`ok: false`, `success: false`)."""
     return isinstance(result, Mapping) and any(
         result.get(flag) is False for flag in result if str(flag).lower() in _OK_FLAGS
     )

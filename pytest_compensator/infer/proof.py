@@ -28,7 +28,7 @@ from ..plan import Plan
 from ..recorder import Recorder
 from ..report import Coverage, NeverVerified
 from ..settings import Settings
-from .candidates import Candidate, Samples, ToolInfo
+from .candidates import Candidate, Samples, ToolInfo, failed_in_band
 from .progress import Ticker
 
 __all__ = ["Attempt", "FinalCheck", "Prover", "failing_sequence"]
@@ -37,10 +37,12 @@ SAMPLE_EXAMPLES = 20
 """Fresh pre-states on which sample calls of a tool show what its results look like."""
 
 SAMPLES_ENOUGH = 5
-"""Calls that worked in the first quarter of the sample examples after which the rest is
-skipped. The tool has no entry yet, so undo cannot give the next example fresh state and
-every example restarts the servers (about a second each): 20 examples cost more than a
-100-example round trip."""
+"""Calls that worked (no error, and no `ok: false` inside the result either) in the first
+quarter of the sample examples after which the rest is skipped; with fewer, all of them run
+(the first quarter again), to show how calls fail and give `test.examples` of the few that
+worked. The tool has no
+entry yet, so undo cannot give the next example fresh state and every example restarts the
+servers (about a second each): 20 examples cost more than a 100-example round trip."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,12 +180,14 @@ class Prover:
                         if not after.is_error:
                             samples.after.setdefault(read.name, []).append(after.value)
 
-            # In two runs, the second only when the first had too few calls that worked:
-            # a Hypothesis run cannot stop early by itself.
-            first = SAMPLE_EXAMPLES // 4
-            _sampling(sample, self.settings.seed, first)()
-            if len(samples.results) < SAMPLES_ENOUGH:
-                _sampling(sample, self.settings.seed + 1, SAMPLE_EXAMPLES - first)()
+            # A short run first; when too few of its calls worked, the whole run again from
+            # the start (a Hypothesis run cannot stop early by itself), so that the samples,
+            # and what is made of them (`error_when`, `test.examples`), are those of the
+            # seed's 20 examples.
+            _sampling(sample, self.settings.seed, SAMPLE_EXAMPLES // 4)()
+            if sum(not failed_in_band(r) for r in samples.results) < SAMPLES_ENOUGH:
+                samples = Samples()
+                _sampling(sample, self.settings.seed, SAMPLE_EXAMPLES)()
         return samples
 
     def prove(
