@@ -32,28 +32,25 @@ def minimal(harness: Harness, plan: Plan, failure: Blaming) -> Blaming:
     if not any(step.kind == "call" for step in steps):
         return failure
     kind = _kind(failure)
-    try:
-        best = _replay(harness, plan, steps)
-        if best is None or _kind(best) != kind:
-            return failure
-        left = MAX_REPLAYS - 1
-        removed = True
-        while removed and left > 0:
-            removed = False
-            index = 0
-            while index < len(steps) and left > 0:
-                if steps[index].kind != "call":
-                    index += 1
-                    continue
-                trial = steps[:index] + steps[index + 1 :]
-                left -= 1
-                found = _replay(harness, plan, trial)
-                if found is not None and _kind(found) == kind:
-                    steps, best, removed = trial, found, True
-                else:
-                    index += 1
-    except Exception:  # a replay that crashed proves nothing: keep the failure as it was
+    best = _replay(harness, plan, steps)
+    if best is None or _kind(best) != kind:
         return failure
+    left = MAX_REPLAYS - 1
+    removed = True
+    while removed and left > 0:
+        removed = False
+        index = 0
+        while index < len(steps) and left > 0:
+            if steps[index].kind != "call":
+                index += 1
+                continue
+            trial = steps[:index] + steps[index + 1 :]
+            left -= 1
+            found = _replay(harness, plan, trial)
+            if found is not None and _kind(found) == kind:
+                steps, best, removed = trial, found, True
+            else:
+                index += 1
     gone = _calls(failure.steps) - _calls(steps)
     if gone:
         _note(
@@ -73,7 +70,16 @@ def _note(failure: Blaming, text: str) -> None:
 
 
 def _replay(harness: Harness, plan: Plan, steps: list[Step]) -> Blaming | None:
-    """Do `steps` again on fresh state; the failure they raise, if any."""
+    """Do `steps` again on fresh state; the failure they raise, if any. A replay that
+    crashed (a server that died) proves nothing: it counts as not failing the same way, and
+    what was found so far is kept."""
+    try:
+        return _replayed(harness, plan, steps)
+    except Exception:
+        return None
+
+
+def _replayed(harness: Harness, plan: Plan, steps: list[Step]) -> Blaming | None:
     with harness.example() as driver:
         recorder = Recorder(driver, Coverage(), harness.registry, plan)
         taken: dict[int, tuple[int, Any]] = {}  # recorded checkpoint id -> (new id, state)

@@ -22,6 +22,7 @@ from compensator.clients import (
     propose,
     variables,
 )
+from compensator.clients.proposal import secret
 from compensator.registry import parse_registry
 
 JSONC = """{
@@ -102,6 +103,19 @@ def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_
     assert "secret" not in text and token not in text and ":pw@" not in text
     environ = {"A_TOKEN": "1", "B_TOKEN": "2", "KV_AUTHORIZATION": "z", "GH": "g", "DSN": "d"}
     registry = parse_registry(text, tmp_path / "r.yaml", environ)
+    # Other ways a secret shows, each kept out of the file.
+    for key, value in (
+        ("REDIS_URL", "redis://:hunter2@host"),
+        ("DB_PASS", "x"),
+        ("MYSQL_PWD", "x"),
+        ("GITHUB_PAT", "x"),
+        ("SERVER_URL", "https://h/mcp?token=abc"),
+        ("DSN", "https://key@o1.example/1"),
+        ("B64", "aGVsbG8gd29ybGQhIQ=="),
+    ):
+        assert secret(key, value), (key, value)
+    for key, value in (("DATA_DIR", "/home/u1/data2/x"), ("URL", "http://localhost:3/mcp")):
+        assert not secret(key, value), (key, value)
     # The rest is written as it is: nothing to export for a mode or a number.
     assert registry.servers["a"].env == {"TOKEN": "1", "MODE": "fast"}
     assert registry.servers["c"].env == {"GH": "g", "DSN": "d", "N": "7"}
@@ -456,3 +470,12 @@ def test_tool_names_yaml_would_misread_are_quoted(tmp_path: Path) -> None:
     registry = parse_registry(made.text, tmp_path / "r.yaml", {})
     assert sorted(registry.tools) == sorted(names)
     assert '  "on": {classification: read}' in made.text and "  plain: {" in made.text
+
+
+def test_a_literal_value_reads_back_as_written(tmp_path: Path) -> None:
+    # A `$` that starts no reference is doubled, so the loader gives back the value itself.
+    values = {"A": "x${y", "B": "a$$b", "C": "cost $5", "D": "caf\u00e9"}
+    servers = {"s": server("s", command="x", env=values)}
+    text = propose(servers, {}, {}, project=tmp_path, home=tmp_path, header="").text
+    assert "caf\u00e9" in text  # as the character, not a \u escape
+    assert parse_registry(text, tmp_path / "r.yaml", {}).servers["s"].env == values

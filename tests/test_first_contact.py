@@ -138,3 +138,22 @@ def test_the_root_conftest_checks_a_registry_alone_with_the_installed_servers(tm
         "--compensator-config", "examples/compensators.yaml", "tests/test_minimize.py", home=home
     )
     assert "tests/test_minimize.py::" in both.stdout
+
+
+def test_wire_passes_what_an_older_registry_reads_secret_or_not(tmp_path: Path):
+    project = tmp_path / "project"
+    project.mkdir()
+    # As an older init wrote it: every env value a ${VAR}, a mode included.
+    (project / "compensators.yaml").write_text(
+        "servers:\n  notes:\n    command: notes-server\n"
+        '    env: {MODE: "${MODE}", API_TOKEN: "${API_TOKEN}", KEEP: "literal"}\n',
+        encoding="utf-8",
+    )
+    env = {"MODE": "fast", "API_TOKEN": "t0ken", "KEEP": "literal", "OTHER": "unread"}
+    config = {"mcpServers": {"notes": {"command": "notes-server", "env": env}}}
+    (project / ".mcp.json").write_text(json.dumps(config), encoding="utf-8")
+    wired = subprocess_in(project, "wire", "--dry-run", "--project", str(project), home=tmp_path)
+    assert wired.returncode == 0, wired.stderr
+    added = "\n".join(line for line in wired.stdout.splitlines() if line.startswith("+"))
+    assert '"MODE": "fast"' in added and '"API_TOKEN": "t0ken"' in added
+    assert "OTHER" not in added and "also needs" not in wired.stderr

@@ -491,3 +491,22 @@ def test_an_inverse_with_debris_is_tried_with_each_maker_added_in_turn():
     assert steps.index(wanted) < len(steps) - 1
     assert steps[-1][:1] == wanted[:1] and len(steps[-1]) == 3
     assert "first_by(snapshot.entities, &name)" in str(steps[-1])
+
+
+def test_first_by_only_for_the_key_that_names_the_item_itself():
+    item = {
+        "type": "object",
+        "properties": {"parentId": {"type": "integer"}, "title": {"type": "string"}},
+        "required": ["parentId", "title"],
+    }
+    schema = {
+        "type": "object",
+        "properties": {"restored": {"type": "array", "items": item}},
+        "required": ["restored"],
+    }
+    restore = ToolInfo(name="s__restore_tasks", prefix="s__", schema=schema)
+    tasks = Source(("snapshot", "tasks"), ([{"id": 1, "parent_id": 1, "title": "a"}],))
+    # Keyed on parent_id, first_by would keep one task per parent and drop its siblings.
+    assert fill(restore, [tasks]) == {
+        "restored": "{snapshot.tasks[*].{parentId: parent_id, title: title}}"
+    }

@@ -288,6 +288,11 @@ def test_a_command_that_starts_no_server_needs_none_of_their_variables(tmp_path:
     env = load_registry(path, environ).servers["notes"].env
     assert env["TOKEN"] == "${API_TOKEN}"  # stands as its reference
     assert env["M"] == "x"  # a default still applies
+    remote = "servers:\n  kv:\n    url: '${KV_URL}'\n"
+    path.write_text(remote)
+    assert load_registry(path, environ).servers["kv"].url == "${KV_URL}"  # no address yet
+    with pytest.raises(RegistryError, match="KV_URL is not set"):
+        load_registry(path, {})
 
 
 def test_malformed_variable(tmp_path: Path) -> None:

@@ -222,7 +222,7 @@ Written by `compensator init` from the MCP servers your clients start. Read it b
 - every other tool is commented out, so it stays `unknown`: journaled, and undo refuses it.
   Classify it yourself (docs/writing-a-registry.md); init never guesses an inverse.
 Values from the clients' env and headers that look secret (a name with KEY, TOKEN, SECRET,
-PASSWORD, AUTH or CREDENTIAL, a token, a URL with a password) are ${VAR} references here, so
+PASS, AUTH, CREDENTIAL..., a token, a URL with credentials) are ${VAR} references here, so
 no secret is written to this file: export them to run `compensator check`; `compensator
 wire` passes them to the proxy from the clients' own configuration. Other values are written
 as they are. Data paths (a database file, a data folder) are

@@ -4,6 +4,8 @@ a registry's servers, and back (the file edits are compensator/clients/wiring.py
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -79,7 +81,7 @@ def run_wire(args: argparse.Namespace) -> int:
     log_to_stderr()
     try:
         config = args.config.absolute()
-        taken = _registry_servers(config)
+        taken, referenced = _registry_servers(config)
         sources = client_sources(args.from_file, args.project)
         for path in _by_file(sources):
             if backup_of(path).exists():
@@ -87,7 +89,7 @@ def run_wire(args: argparse.Namespace) -> int:
                     f"{path} is wired already (its backup {backup_of(path)} exists): run "
                     "`compensator unwire` first"
                 )
-        changes = _wiring(sources, collect(sources), taken, config)
+        changes = _wiring(sources, collect(sources), taken, config, referenced)
         if not changes:
             raise CompensatorError(
                 f"no client configuration here starts a server of {config} "
@@ -125,8 +127,9 @@ def run_unwire(args: argparse.Namespace) -> int:
     return _apply(changes, args, "unwire", after=_drop_backup)
 
 
-def _registry_servers(config: Path) -> set[str]:
-    """The server names of a registry (read as plain YAML: its `${VAR}` need not be set)."""
+def _registry_servers(config: Path) -> tuple[set[str], set[str]]:
+    """The server names of a registry, and the `${NAME}`s its servers read (read as plain
+    YAML: they need not be set)."""
     if not config.is_file():
         raise CompensatorError(
             f"--config {config}: no such file. Write one with `compensator init` (it writes "
@@ -140,7 +143,10 @@ def _registry_servers(config: Path) -> set[str]:
     servers = data.get("servers") if isinstance(data, dict) else None
     if not isinstance(servers, dict) or not servers:
         raise CompensatorError(f"{config}: no servers: in it; is it a registry?")
-    return set(servers)
+    return set(servers), set(_REFERENCE.findall(json.dumps(servers)))
+
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _by_file(sources: Iterable[Source]) -> dict[Path, list[Source]]:
@@ -151,10 +157,20 @@ def _by_file(sources: Iterable[Source]) -> dict[Path, list[Source]]:
 
 
 def _wiring(
-    sources: list[Source], collected: Collected, taken: set[str], config: Path
+    sources: list[Source],
+    collected: Collected,
+    taken: set[str],
+    config: Path,
+    referenced: set[str],
 ) -> dict[Path, tuple[bytes, bytes]]:
-    """Each file to change: its bytes now and after wiring."""
-    names = variables(collected.servers)
+    """Each file to change: its bytes now and after wiring. A client's value goes to the
+    proxy when it is a secret `init` made a `${VAR}` of, or when the registry reads it under
+    its own name or SERVER_NAME (a registry an older `init` wrote, or one written by hand)."""
+    names = {
+        name: {**_by_reference(server, name, referenced), **found}
+        for name, found in variables(collected.servers).items()
+        for server in [collected.servers[name]]
+    }
     needed = {
         var for name, server_vars in names.items() if name in taken for var in server_vars.values()
     }
@@ -182,6 +198,18 @@ def _wiring(
         if text != old.decode("utf-8"):
             changes[path] = (old, text.encode("utf-8"))
     return changes
+
+
+def _by_reference(server: Any, name: str, referenced: set[str]) -> dict[str, str]:
+    """The server's env and header keys the registry reads as `${KEY}` or `${SERVER_KEY}`."""
+    own = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+    found = {}
+    for key in {**server.env, **server.headers}:
+        for variable in (key, f"{own}_{re.sub(r'[^A-Za-z0-9_]', '_', key).upper()}"):
+            if variable in referenced:
+                found[key] = variable
+                break
+    return found
 
 
 def _warn_missing(source: Source, missing: set[str]) -> None:

@@ -84,21 +84,31 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
     return names
 
 
-# Names that hold secrets, as the words of a name or inside one (APIKEY, GITHUB_PAT is not).
-_SECRET_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH", "CREDENTIAL", "COOKIE")
+# Names that hold secrets, anywhere in the name (APIKEY, PGPASS, MYSQL_PWD)...
+_SECRET_PARTS = (
+    "KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CREDENTIAL", "COOKIE", "PRIVATE",
+    "SESSION", "DSN",
+)  # fmt: skip
+# ... or as a word of it (GITHUB_PAT; not PATH).
+_SECRET_WORDS_IN_NAME = frozenset(["pat"])
 # A value that looks like a token: one long run of letters and digits (and _-.=+), with both.
-# A URL that carries a password: postgres://user:password@host/db.
-_PASSWORD_IN_URL = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
+# A URL that carries credentials (postgres://user:pw@host/db, redis://:pw@host, a Sentry
+# DSN's key@host) or a query string (https://h/mcp?token=...).
+_CREDENTIALS_IN_URL = re.compile(r"://[^/\s]*@|://[^\s]*\?")
+_BASE64 = re.compile(r"[A-Za-z0-9+][A-Za-z0-9+/]{14,}={0,2}")
 _TOKEN = re.compile(r"(?:bearer\s+|basic\s+)?([A-Za-z0-9_\-.=+]{16,})", re.IGNORECASE)
 
 
 def secret(key: str, value: str) -> bool:
     """Whether an env or header value is kept out of the registry as a `${VAR}`: its name
-    says secret, it is a URL with a password in it, or the value looks like a token
-    (`sk-...`, `ghp_...`, a long random run of letters and digits)."""
+    says secret, it is a URL with credentials or a query string in it, or the value looks like
+    a token (`sk-...`, `ghp_...`, a long random run of letters and digits, base64)."""
     if any(part in key.upper() for part in _SECRET_PARTS):
         return True
-    if _PASSWORD_IN_URL.search(value):
+    if _name_words(key) & _SECRET_WORDS_IN_NAME or _CREDENTIALS_IN_URL.search(value):
+        return True
+    run = value.strip()
+    if _BASE64.fullmatch(run) and re.search(r"[+/=]", run) and re.search(r"[0-9]", run):
         return True
     token = _TOKEN.fullmatch(value.strip())
     if token is None:
@@ -200,11 +210,12 @@ def _server_lines(
         return json.dumps(_references(value, server.source.client, project, home))
 
     def value(key: str, raw: str) -> str:
-        """A secret as its `${VAR}`, a data path redirected, anything else as it is."""
+        """A secret as its `${VAR}`, a data path redirected, anything else as it is (a `$`
+        that starts no reference doubled, so that the loader reads it back as written)."""
         if key in names:
             return f'"${{{names[key]}}}"'
-        translated = _references(raw, server.source.client, project, home)
-        return json.dumps(data_path(key, translated) or translated)
+        translated = _LONE_DOLLAR.sub("$$", _references(raw, server.source.client, project, home))
+        return json.dumps(data_path(key, translated) or translated, ensure_ascii=False)
 
     def mapping(values: Mapping[str, str]) -> str:
         return "{" + ", ".join(f"{json.dumps(k)}: {value(k, v)}" for k, v in values.items()) + "}"
@@ -293,6 +304,8 @@ def data_path(key: str, value: str) -> str | None:
     return redirected if redirected != value else None
 
 
+# A `$` that does not start a `${NAME}` or `${NAME:-default}` reference.
+_LONE_DOLLAR = re.compile(r"\$(?!\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\})")
 _CLIENT_REFERENCE = re.compile(r"\$\{([^}]*)\}")
 
 

@@ -14,6 +14,7 @@ from ..names import exposed_name
 from . import keys
 from .model import ServerSpec
 from .reader import Reader
+from .variables import StartsNoServer
 from .yamlnodes import join_key, line_of
 
 __all__ = ["read_servers"]
@@ -151,7 +152,10 @@ def _http_server(r: Reader, name: str, raw: dict[str, Any], key: str) -> ServerS
             raise r.error(f"{key}.{unused}", problem, fix)
     url = r.expand(raw["url"], f"{key}.url").strip()
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+    # A command that starts no server leaves an unset ${NAME} as it stands: no address yet.
+    unresolved = isinstance(r.environ, StartsNoServer) and "${" in url
+    bad = parts.scheme.lower() not in ("http", "https") or not parts.hostname
+    if bad and not unresolved:
         # The value is not quoted: it may hold an expanded token.
         problem = "the url is not an http:// or https:// address with a host"
         fix = "Write the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp."

@@ -270,7 +270,7 @@ def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | No
             path = expression(*source.path)
             if all(k == v for k, v in mapped.items()) and set(mapped) == set(keys):
                 return "{" + path + "}"
-            address = _address(mapped)
+            address = _address(mapped, noun)
             if address is not None and source.path[0] == "snapshot":
                 # Items are addressed by this key: where a snapshot holds two alike (two
                 # entities named "a"), the server acts on the first, so only that one goes.
@@ -280,11 +280,13 @@ def _projection(name: str, schema: Any, available: Sequence[Source]) -> str | No
     return None
 
 
-def _address(mapped: Mapping[str, str]) -> str | None:
-    """The source key whose value names the item the call acts on (`name` for
-    `entityName`), when the argument's items have one."""
+def _address(mapped: Mapping[str, str], noun: str) -> str | None:
+    """The source key whose value names the item itself (`name` for `entityName` of an
+    `entities` list), when the argument's items have one; never a key naming another item
+    (`parentId`), by which first_by would drop siblings."""
+    own = {f"{noun}{word}" for word in ("name", "id", "key")} | {"name", "id", "key"}
     for prop, key in mapped.items():
-        if words(prop)[-1:] in (["name"], ["id"], ["key"]):
+        if normal(prop) in own:
             return key
     return None
 

@@ -187,6 +187,7 @@ class Prover:
             _sampling(sample, self.settings.seed, SAMPLE_EXAMPLES // 4)()
             if sum(not failed_in_band(r) for r in samples.results) < SAMPLES_ENOUGH:
                 samples = Samples()
+                self._recount(f"{tool}: sample calls, all of them", SAMPLE_EXAMPLES)
                 _sampling(sample, self.settings.seed, SAMPLE_EXAMPLES)()
         return samples
 
