@@ -4,6 +4,8 @@ nobody touches) is replayed without each, and only the calls it needs are shown.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from pytest_compensator.harness import Harness
@@ -26,13 +28,18 @@ def shown_calls(failure: Blaming) -> list[str]:
     return calls
 
 
-def test_calls_the_failure_does_not_need_are_left_out(tmp_path: Path) -> None:
-    # complete_task "undone" by completing it again: undo leaves the task done.
+@contextlib.contextmanager
+def broken_registry(folder: Path) -> Iterator[tuple[Harness, Plan]]:
+    """The example registry with complete_task "undone" by completing it again: undo leaves
+    the task done."""
     [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
-    config = variant.write(tmp_path)
-    with Harness(config) as harness:
+    with Harness(variant.write(folder)) as harness:
         harness.offered_tools()
-        plan = Plan.of(harness)
+        yield harness, Plan.of(harness)
+
+
+def test_calls_the_failure_does_not_need_are_left_out(tmp_path: Path) -> None:
+    with broken_registry(tmp_path) as (harness, plan):
         with harness.example() as driver:
             recorder = Recorder(driver, Coverage(), harness.registry, plan)
             recorder.call("tasks__list_tasks", {})
@@ -69,11 +76,7 @@ def test_calls_the_failure_does_not_need_are_left_out(tmp_path: Path) -> None:
 
 
 def test_a_failure_that_does_not_come_back_on_replay_is_kept_as_it_was(tmp_path: Path) -> None:
-    [variant] = [v for v in VARIANTS if v.name == "wrong_inverse_tool"]
-    config = variant.write(tmp_path)
-    with Harness(config) as harness:
-        harness.offered_tools()
-        plan = Plan.of(harness)
+    with broken_registry(tmp_path) as (harness, plan):
         with harness.example() as driver:
             recorder = Recorder(driver, Coverage(), harness.registry, plan)
             recorder.call("tasks__add_task", {"title": "a"})
