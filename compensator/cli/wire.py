@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..clients import (
     backup_of,
     collect,
     diff,
+    prefixed,
     replace_atomically,
     still_wired,
     unwired,
@@ -26,6 +26,7 @@ from ..clients import (
     wired,
 )
 from ..errors import CompensatorError
+from ..registry import referenced
 from .common import add_client_arguments, client_sources
 from .terminal import confirm, log_to_stderr
 
@@ -143,10 +144,7 @@ def _registry_servers(config: Path) -> tuple[set[str], set[str]]:
     servers = data.get("servers") if isinstance(data, dict) else None
     if not isinstance(servers, dict) or not servers:
         raise CompensatorError(f"{config}: no servers: in it; is it a registry?")
-    return set(servers), set(_REFERENCE.findall(json.dumps(servers)))
-
-
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
+    return set(servers), referenced(json.dumps(servers))
 
 
 def _by_file(sources: Iterable[Source]) -> dict[Path, list[Source]]:
@@ -202,10 +200,9 @@ def _wiring(
 
 def _by_reference(server: Any, name: str, referenced: set[str]) -> dict[str, str]:
     """The server's env and header keys the registry reads as `${KEY}` or `${SERVER_KEY}`."""
-    own = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
     found = {}
     for key in {**server.env, **server.headers}:
-        for variable in (key, f"{own}_{re.sub(r'[^A-Za-z0-9_]', '_', key).upper()}"):
+        for variable in (key, prefixed(name, key)):
             if variable in referenced:
                 found[key] = variable
                 break

@@ -13,6 +13,7 @@ from .proposal import (
     Proposal,
     ServerReport,
     matching_registry,
+    prefixed,
     propose,
     variables,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "diff",
     "discover",
     "matching_registry",
+    "prefixed",
     "propose",
     "read_file",
     "replace_atomically",

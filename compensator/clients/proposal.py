@@ -27,6 +27,7 @@ __all__ = [
     "ServerReport",
     "data_path",
     "matching_registry",
+    "prefixed",
     "propose",
     "variables",
 ]
@@ -72,14 +73,17 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
             values.setdefault(key, set()).add(value)
     names: dict[str, dict[str, str]] = {}
     for registry_name, server in servers.items():
-        own = _upper(registry_name)
         names[registry_name] = {
-            key: key if len(values[key]) == 1 and _plain(key) else f"{own}_{_upper(key)}"
+            key: key if len(values[key]) == 1 and _plain(key) else prefixed(registry_name, key)
             for key, value in server.env.items()
             if data_path(key, value) is None and secret(key, value)
         }
         names[registry_name].update(
-            {key: f"{own}_{_upper(key)}" for key, v in server.headers.items() if secret(key, v)}
+            {
+                key: prefixed(registry_name, key)
+                for key, v in server.headers.items()
+                if secret(key, v)
+            }
         )
     return names
 
@@ -115,6 +119,12 @@ def secret(key: str, value: str) -> bool:
         return False
     run = token.group(1)
     return any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+
+
+def prefixed(server: str, key: str) -> str:
+    """The `${VAR}` name of a server's env or header key when the key alone will not do:
+    SERVER_KEY."""
+    return f"{_upper(server)}_{_upper(key)}"
 
 
 def _upper(name: str) -> str:

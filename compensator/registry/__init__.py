@@ -26,7 +26,7 @@ from .model import (
     ToolPolicy,
 )
 from .redaction import REDACTED, redact
-from .variables import Concealer, registry_environment
+from .variables import Concealer, referenced, registry_environment
 
 __all__ = [
     "CONTEXT_NAMES",
@@ -51,5 +51,6 @@ __all__ = [
     "load_registry",
     "parse_registry",
     "redact",
+    "referenced",
     "registry_environment",
 ]

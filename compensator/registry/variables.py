@@ -16,7 +16,14 @@ from collections.abc import Mapping
 
 from ..errors import CompensatorError
 
-__all__ = ["Concealer", "StartsNoServer", "VariableError", "expand", "registry_environment"]
+__all__ = [
+    "Concealer",
+    "StartsNoServer",
+    "VariableError",
+    "expand",
+    "referenced",
+    "registry_environment",
+]
 
 MIN_LENGTH = 4
 """Shorter values (`1`, `on`, `.`) are never concealed: replacing them would garble every
@@ -81,6 +88,16 @@ def expand(text: str, environ: Mapping[str, str], used: dict[str, str]) -> str:
         raise VariableError(f"environment variable {name} is not set; {_NEEDED_BY}", fix)
 
     return _REFERENCE.sub(substitute, text)
+
+
+def referenced(text: str) -> set[str]:
+    """The NAMEs a text reads as `${NAME}` or `${NAME:-default}` (`$$` is no reference)."""
+    found = set()
+    for match in _REFERENCE.finditer(text):
+        body = _BODY.fullmatch(match.group(2) or "")
+        if body is not None:
+            found.add(body.group(1))
+    return found
 
 
 class Concealer:

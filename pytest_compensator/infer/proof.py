@@ -126,16 +126,14 @@ class Prover:
     def _counted(self, path: Path, label: str, total: int) -> Iterator[Harness]:
         """A harness whose examples the ticker counts, as `label`, out of `total`."""
         ticker = self.ticker
-        if ticker is None:
-            with Harness(path, journal_beside=True) as harness:
-                yield harness
-            return
-        ticker.begin(label, total)
+        self._recount(label, total)
         try:
-            with Harness(path, journal_beside=True, on_example=ticker.tick) as harness:
+            tick = ticker.tick if ticker is not None else None
+            with Harness(path, journal_beside=True, on_example=tick) as harness:
                 yield harness
         finally:
-            ticker.end()
+            if ticker is not None:
+                ticker.end()
 
     def sample(
         self,
