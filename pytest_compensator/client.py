@@ -41,9 +41,16 @@ class ToolCallFailed(AssertionError):
 class ProxyClient:
     """Calls the proxy's tools; the meta tools get typed helpers."""
 
-    def __init__(self, session: ClientSession, registry: Registry | None = None) -> None:
+    def __init__(
+        self,
+        session: ClientSession,
+        registry: Registry | None = None,
+        instructions: str | None = None,
+    ) -> None:
         self.session = session
         self.registry = registry
+        self.instructions = instructions
+        """What the proxy's answer to `initialize` says to the agent about it."""
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
         result = await sdk.call_tool_raw(self.session, name, dict(arguments or {}))
@@ -127,8 +134,8 @@ async def launch_proxy(
         async with stdio_client(params, errlog=stderr or sys.stderr) as (read, write):
             relays.start_soon(_relay, read, relay_in)
             async with ClientSession(relay_out, write, **dict(session_options or {})) as session:
-                await session.initialize()
-                yield ProxyClient(session, registry)
+                initialized = await session.initialize()
+                yield ProxyClient(session, registry, initialized.instructions)
         relays.cancel_scope.cancel()
 
 

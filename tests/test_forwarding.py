@@ -138,6 +138,10 @@ async def test_server_that_fails_to_start_is_left_out(proxy, write_registry, pro
         assert (await client.call_ok("fid__echo", {"ok": 1})) == {"ok": 1}
         reply = await client.call("crashing__anything", {})
         assert reply.is_error and "failed to start" in reply.text
+        # The client hides stderr; the instructions it shows say which servers are missing.
+        assert "Server 'missing' failed to start" in (client.instructions or "")
+        assert "Server 'crashing' failed to start" in (client.instructions or "")
+        assert "'fid' failed" not in (client.instructions or "")
     log = proxy_log()
     assert "'missing' failed to start" in log
     assert "'crashing' failed to start" in log

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import CompensatorError
 from ..journal import Checkpoint
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ..wire.http_serve import HttpEndpoint
 
 __all__ = [
+    "Refused",
     "ServeOptions",
     "add_agent_argument",
     "add_client_arguments",
@@ -33,6 +35,7 @@ __all__ = [
     "local_time",
     "no_such_checkpoint",
     "plural",
+    "refuse",
 ]
 
 
@@ -50,6 +53,24 @@ class ServeOptions:
     """The agent this proxy works for; None: it continues the last one that ended."""
     scope: str | None = None
     """The shared journal scope it joins; None: none."""
+
+
+class Refused(CompensatorError):
+    """`serve` could not start, and has said why (see `refuse`); exit with 2."""
+
+
+async def refuse(error: CompensatorError, options: ServeOptions) -> NoReturn:
+    """Say why `serve` cannot start: on stderr, and over stdio to the client as well, which
+    shows a proxy that just exits as "Connection closed" (compensator/wire/unavailable.py).
+    Returns once the client has gone, by raising Refused. Over HTTP, or with a terminal on
+    stdin (a person trying the command), stderr is where the person looks."""
+    print(f"compensator: {error}", file=sys.stderr, flush=True)
+    if options.http is None and not sys.stdin.isatty():
+        from .. import __version__
+        from ..wire.unavailable import serve_unavailable  # the SDK, only on this path
+
+        await serve_unavailable(str(error), __version__)
+    raise Refused(str(error)) from error
 
 
 def add_registry_arguments(parser: argparse.ArgumentParser, *, db_help: str) -> None:

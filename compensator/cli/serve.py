@@ -23,7 +23,7 @@ from ..names import CLIENT_NAME, MAX_NAME_LENGTH
 from ..processes import Started
 from ..registry import load_registry, registry_environment
 from ..wire.http_serve import TOKEN_VARIABLE, HttpError, exposure, listen, read_token
-from .common import ServeOptions, add_registry_arguments
+from .common import Refused, ServeOptions, add_registry_arguments, refuse
 from .terminal import log_to_stderr
 
 __all__ = ["add_serve_arguments", "main", "run_serve", "serve"]
@@ -31,8 +31,13 @@ __all__ = ["add_serve_arguments", "main", "run_serve", "serve"]
 
 async def serve(config: Path, db: str | Path, options: ServeOptions) -> None:
     """Load the registry, start its stdio servers' processes, import the proxy while they
-    start, and serve (`serving.serve` says how)."""
-    registry = load_registry(config, environ=registry_environment())
+    start, and serve (`serving.serve` says how). When it cannot start, it says why to the
+    client too (`refuse`)."""
+    try:
+        _refuse_missing_folder(db, config)
+        registry = load_registry(config, environ=registry_environment())
+    except CompensatorError as exc:
+        await refuse(exc, options)
     started = Started()
     try:
         await started.start(registry.servers.values())
@@ -154,8 +159,9 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     try:
         db = args.db if args.db is not None else default_journal_path(args.config)
-        _refuse_missing_folder(args.db, args.config)
         anyio.run(serve, args.config, db, options)
+    except Refused:
+        return 2  # said already, where the person looks
     except CompensatorError as exc:
         print(f"compensator: {exc}", file=sys.stderr)
         return 2
@@ -167,12 +173,10 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_missing_folder(db: str | None, config: Path) -> None:
+def _refuse_missing_folder(db: str | Path, config: Path) -> None:
     """A --db file whose folder does not exist is a typo more often than a wish: creating
     the folders would journal to a place nobody looks at. The default journal's folder
     (under $XDG_STATE_HOME) is made as it is without --db."""
-    if db is None:
-        return
     from ..journal.store import journal_address  # here: `--help` starts without the stores
 
     address = journal_address(str(db))

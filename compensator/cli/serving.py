@@ -18,7 +18,7 @@ from ..proxy import INSTRUCTIONS, Proxy
 from ..registry import Registry
 from ..wire import Catalog, DownstreamPool, Relay, sdk
 from ..wire.http_serve import serve_http
-from .common import ServeOptions
+from .common import ServeOptions, refuse
 
 __all__ = ["serve"]
 
@@ -36,7 +36,10 @@ async def serve(
     that they are offered the sampling, elicitation and roots support of that client and no
     other (an MCP client sends it at once; the answer waits for the servers)."""
     http, client_name, scope = options.http, options.client_name, options.scope
-    journal = open_journal(db, fsync=options.fsync, agent=options.agent, scope=scope)
+    try:
+        journal = open_journal(db, fsync=options.fsync, agent=options.agent, scope=scope)
+    except JournalError as exc:
+        await refuse(exc, options)
     log.info(
         "journal: %s, session: %s, agent: %s%s",
         journal.location,
@@ -99,7 +102,7 @@ async def _proxy(
         server = sdk.build_server(
             "compensator",
             __version__,
-            INSTRUCTIONS,
+            INSTRUCTIONS + _failed_servers(pool),
             proxy.list_tools,
             relay.track_calls(proxy.call_tool),
             catalog=catalog.handlers(),
@@ -113,6 +116,16 @@ async def _proxy(
                 proxy.settle_outcomes()
             except JournalError as exc:
                 log.error("outcomes not journaled at shutdown (they become unknown): %s", exc)
+
+
+def _failed_servers(pool: DownstreamPool) -> str:
+    """For the instructions: the servers that failed to start, which a client otherwise shows
+    as tools that are just missing (the reasons are on stderr, which clients hide)."""
+    return "".join(
+        f"\n\nServer {name!r} failed to start, so its tools are missing until a retry in the "
+        f"background starts it: {reason}"
+        for name, reason in pool.failures.items()
+    )
 
 
 def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
