@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
 if TYPE_CHECKING:
     from ..journal import JournalStore
+    from ..proxy.late import LatePolicy
 
 __all__ = ["ANSWER_TEXT", "LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
 
@@ -74,6 +75,9 @@ class Listing:
     """Every session that wrote the journal: the host and process each change came from."""
     show_sessions: bool = False
     """Say on every change which host and session it came from, and list the sessions."""
+    late: dict[int, LatePolicy] = field(default_factory=dict)
+    """Open changes journaled as `unknown` whose tool has a policy in the registry now, by id
+    (compensator/proxy/late.py); only with --config."""
 
     def origin(self, session: str | None) -> str:
         """`HOST session-id-prefix` of a session, for the FROM column."""
@@ -157,7 +161,11 @@ def timeline(listing: Listing) -> list[Entry]:
 def status_text(change: Change) -> str:
     if change.undone_at is None:
         return change.status
-    return "compensated" if change.undo_note == "compensated" else f"{change.status}, undone"
+    if change.undo_note == "compensated":
+        return "compensated"
+    if (change.undo_note or "").startswith("compensated with"):
+        return "compensated (policy added later)"
+    return f"{change.status}, undone"
 
 
 def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
@@ -167,7 +175,7 @@ def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
         agents = {c.agent for c in listing.changes} | {d.agent for d in listing.decisions}
         several = len(agents) > 1
         entries = timeline(listing)
-        rows = [_row(entry, style, width, several) for entry in entries]
+        rows = [_row(entry, style, width, several, listing.late) for entry in entries]
         columns = (*_COLUMNS[:3], _AGENT_COLUMN, *_COLUMNS[3:]) if several else _COLUMNS
         if listing.show_sessions:
             rows = [
@@ -185,7 +193,9 @@ def render_table_view(listing: Listing, *, width: int, style: Styler) -> str:
     return "\n".join(lines)
 
 
-def _row(entry: Entry, style: Styler, width: int, several: bool) -> Sequence[str | Cell] | Rule:
+def _row(
+    entry: Entry, style: Styler, width: int, several: bool, late: dict[int, LatePolicy]
+) -> Sequence[str | Cell] | Rule:
     if isinstance(entry, Decision):
         return _decision_row(entry, several)
     if isinstance(entry, Checkpoint):
@@ -201,7 +211,7 @@ def _row(entry: Entry, style: Styler, width: int, several: bool) -> Sequence[str
         str(entry.id),
         *agent,
         entry.tool,
-        entry.classification,
+        _classification(entry, late.get(entry.id)),
         Cell(text=status_text(entry), style=status_style),
         compact(entry.args),
     ]
@@ -265,7 +275,10 @@ def render_json(listing: Listing) -> str:
             for cp in listing.checkpoints
         ],
         "changes": [
-            {**_change_json(change), "host": hosts.get(change.session or "")}
+            {
+                **_change_json(change, listing.late.get(change.id)),
+                "host": hosts.get(change.session or ""),
+            }
             for change in listing.changes
         ],
         "decisions": [
@@ -281,8 +294,19 @@ _JSON_EXTRAS = ("error", "completed_at", "undone_at", "undo_note", "session", "s
 """What `log --json` shows of a change beyond what `list_changes` does."""
 
 
-def _change_json(change: Change) -> dict[str, Any]:
-    return {**change.to_json(), **{name: getattr(change, name) for name in _JSON_EXTRAS}}
+def _change_json(change: Change, late: LatePolicy | None = None) -> dict[str, Any]:
+    shown = {**change.to_json(), **{name: getattr(change, name) for name in _JSON_EXTRAS}}
+    if late is not None:
+        shown["policy_added_later"] = late.note  # as list_changes says it
+    return shown
+
+
+def _classification(change: Change, late: LatePolicy | None) -> str:
+    """The CLASS cell: what the change was journaled as, and the policy its tool has now
+    when that came later (`unknown→reversible`); undo uses it only when it is reversible."""
+    if late is None:
+        return change.classification
+    return f"{change.classification}→{late.policy.classification.value}"
 
 
 # -- command line -------------------------------------------------------------------------
@@ -338,6 +362,25 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _late_policies(config: Path, changes: Sequence[Change]) -> dict[int, LatePolicy]:
+    """The open changes journaled as `unknown` whose tool has a policy in `config` now. A
+    registry that does not load is said on stderr, and the listing goes on without them."""
+    from ..proxy.late import late_policy  # here: `log --help` starts without the registry
+    from ..registry import load_registry, registry_environment
+
+    try:
+        registry = load_registry(config, environ=registry_environment(starts_servers=False))
+    except CompensatorError as exc:
+        print(
+            f"compensator log: the registry is not read ({exc}); policies added after a "
+            "change are not shown",
+            file=sys.stderr,
+        )
+        return {}
+    found = {c.id: late_policy(c, registry) for c in changes if c.undone_at is None}
+    return {change_id: late for change_id, late in found.items() if late is not None}
+
+
 def run_log(args: argparse.Namespace) -> int:
     """Exit 0 with the listing; 1 when the journal or the checkpoint does not exist."""
     if args.db is None and args.config is None:
@@ -362,6 +405,8 @@ def run_log(args: argparse.Namespace) -> int:
             agent=args.agent,
             show_sessions=args.sessions,
         )
+        if args.config is not None:
+            listing = replace(listing, late=_late_policies(args.config, listing.changes))
     except CompensatorError as exc:
         print(f"compensator log: {exc}", file=sys.stderr)
         return 1

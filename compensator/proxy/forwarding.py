@@ -12,13 +12,14 @@ import mcp.types as types
 
 from ..classification import Classification
 from ..errors import CompensatorError, DownstreamError, JournalError, MetaArgumentError
-from ..journal import Answer, Intent, JournalStore, Status
+from ..journal import Answer, Change, Intent, JournalStore, Status
 from ..registry import Registry, ToolPolicy, redact
 from ..wire import DownstreamPool, RoutedTool, sdk
 from . import meta
 from .approval import ASK, DENY, FORWARD, Asked, approval_message, ask_person, decide
 from .calls import call_outcome, classify, observed_state, undo_caller
 from .gate import Gate
+from .late import late_policy
 from .turns import Turns
 from .undo import Undoer
 
@@ -414,9 +415,16 @@ class Proxy:
         changes = self.journal.open_changes(checkpoint, **whose)
         refused = self.journal.decisions(checkpoint, **whose, refused=True)
         return {
-            "changes": [change.to_json() for change in changes],
+            "changes": [self._listed(change) for change in changes],
             "refused": [decision.to_json() for decision in refused],
         }
+
+    def _listed(self, change: Change) -> dict[str, Any]:
+        """A change as list_changes shows it; with what a policy added later can do for it."""
+        late = late_policy(change, self.registry)
+        if late is None:
+            return change.to_json()
+        return {**change.to_json(), "policy_added_later": late.note}
 
     async def _undo_to(self, args: Mapping[str, Any]) -> dict[str, Any]:
         checkpoint_id, dry_run, force = meta.parse_undo_to(args)
@@ -433,4 +441,13 @@ class Proxy:
         return {"change_id": change_id, "dry_run": dry_run, **report.to_json()}
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        return meta.explain_tool(self.registry, self.pool, meta.parse_explain(args))
+        tool = meta.parse_explain(args)
+        explained = meta.explain_tool(self.registry, self.pool, tool)
+        whose = {"agent": self.journal.agent, "scope": self.journal.scope}
+        mine = [c for c in self.journal.open_changes(None, **whose) if c.tool == tool]
+        late = [found for c in mine if (found := late_policy(c, self.registry)) is not None]
+        if late:
+            # The same note for each: it depends on the policy, not on the call.
+            count = "1 open change" if len(late) == 1 else f"{len(late)} open changes"
+            explained["explanation"] += f" {count} of {tool} {late[0].note}."
+        return explained

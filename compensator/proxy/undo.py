@@ -24,6 +24,7 @@ from ..journal import (
     latest_steps,
 )
 from ..registry import InverseStep, Registry, ToolPolicy
+from .late import BEFORE_POLICY, LatePolicy, late_policy
 from .outcome import Caller, CallOutcome, observed_state
 
 __all__ = ["Progress", "UndoReport", "Undoer"]
@@ -221,18 +222,20 @@ class Undoer:
             if not dry_run:
                 self._journal.mark_undone(change.id, "nothing to undo: the call failed")
             return "nothing_to_undo", {**entry, "reason": "the call failed"}
+        late = late_policy(change, self._registry)
         try:
-            policy = self._policy_for(change)
+            policy = self._policy_for(change, late)
             latest = latest_steps(self._journal.compensations(change.id))
             if alone and not force:
                 await self._check_alone(change, policy)
             await self._may_run(change, policy, latest, force=force)
-            calls = await self._compensate(change, policy, latest, dry_run=dry_run)
+            note = "compensated" if late is None else late.undo_note
+            calls = await self._compensate(change, policy, latest, dry_run=dry_run, note=note)
         except _Skip as skip:
             return "skipped", {**entry, "reason": str(skip), **skip.details}
-        return "undone", {**entry, "calls": calls}
+        return "undone", {**entry, "calls": calls, **({"policy": late.note} if late else {})}
 
-    def _policy_for(self, change: Change) -> ToolPolicy:
+    def _policy_for(self, change: Change, late: LatePolicy | None) -> ToolPolicy:
         if change.status == Status.PENDING:
             raise _Skip("the call is still in flight; undo again once it has finished")
         if change.status == Status.UNKNOWN:
@@ -240,6 +243,10 @@ class Undoer:
                 "the outcome of this call was never recorded (crash, timeout or cancellation); "
                 "check its effect by hand"
             )
+        if late is not None:
+            if not late.usable:
+                raise _Skip(late.note)
+            return late.policy
         kind = Classification.named(change.classification)
         if kind.value != change.classification:
             raise _Skip(
@@ -353,6 +360,11 @@ class Undoer:
         return policy is not None and policy.idempotent
 
     async def _check_drift(self, change: Change, policy: ToolPolicy) -> None:
+        if not change.post_state_recorded and change.classification == Classification.UNKNOWN:
+            raise _Skip(
+                f"cannot check for drift: {BEFORE_POLICY}, so the state after it was not "
+                f"recorded for its `verify` read; {_FORCE_HINT}"
+            )
         if not change.post_state_recorded:
             raise _Skip(
                 "cannot check for drift: the state after the call was not recorded; " + _FORCE_HINT
@@ -393,7 +405,10 @@ class Undoer:
         latest: dict[int, Compensation],
         *,
         dry_run: bool,
+        note: str = "compensated",
     ) -> list[dict[str, Any]]:
+        """Run the compensating calls still to run; `note` is what the journal records as the
+        change's undo once the last one has."""
         context = change.context()
         calls: list[dict[str, Any]] = []
         last = len(policy.inverse) - 1
@@ -408,12 +423,13 @@ class Undoer:
             calls.append({"tool": step.tool, "args": args})
             if not dry_run:
                 after = None if record is None else record.id
-                await self._run_step(change, index, step.tool, args, after, settles=index == last)
+                settles = note if index == last else None
+                await self._run_step(change, index, step.tool, args, after, settles=settles)
                 settled = index == last
         if not dry_run and not settled:
             # The last step did not run now (skipped by `when`, or done before a crash):
             # every step is accounted for, so settle the change.
-            self._journal.mark_undone(change.id, "compensated")
+            self._journal.mark_undone(change.id, note)
         return calls
 
     async def _run_step(
@@ -424,8 +440,10 @@ class Undoer:
         args: dict[str, Any],
         after: int | None,
         *,
-        settles: bool,
+        settles: str | None,
     ) -> None:
+        """One compensating call, journaled; `settles`: the undo note that marks the change
+        undone when it works (the last step), None for the steps before."""
         record = self._journal.record_step_started(change.id, index, tool, args, after=after)
         if record is None:
             raise _Skip("being compensated by another process; undo again to see its outcome")
@@ -438,7 +456,7 @@ class Undoer:
                     record, StepOutcome(status=StepStatus.UNKNOWN, error=cancelled)
                 )
             raise
-        undone = (change.id, "compensated") if settles and outcome.ok else None
+        undone = (change.id, settles) if settles is not None and outcome.ok else None
         status = _step_status(outcome)
         recorded = StepOutcome(status=status, result=outcome.value, error=outcome.error)
         self._journal.record_step_outcome(record, recorded, undone=undone)
