@@ -99,7 +99,9 @@ async def test_undo_since_a_local_time_undoes_what_came_at_or_after_it(
         (["--change", str(2**63)], "is not a change id"),  # past SQLite's integers
         (["--to", str(2**63)], "is not a checkpoint id"),
         (["--change", "3", "--to", "1"], "not allowed with argument"),
-        ([], "one of the arguments --to --since --change is required"),
+        (["--turns", "0"], "is not a number of turns"),
+        (["--turns", "two"], "is not a number of turns"),
+        ([], "one of the arguments --to --since --turns --change is required"),
     ],
 )
 def test_bad_undo_targets_are_usage_errors(tmp_path: Path, args: list[str], expected: str):

@@ -131,8 +131,13 @@ def compact(value: Any) -> str:
 
 
 def checkpoint_title(checkpoint: Checkpoint) -> str:
+    """`checkpoint 3 "label" (time)`; a turn's shows its prompt's first line as it was typed:
+    `turn: fix the tests (checkpoint 3, time)`."""
+    when = local_time(checkpoint.created_at)
+    if checkpoint.turn is not None:
+        return f"turn: {checkpoint.turn} (checkpoint {checkpoint.id}, {when})"
     label = f" {compact(checkpoint.label)}" if checkpoint.label else ""
-    return f"checkpoint {checkpoint.id}{label} ({local_time(checkpoint.created_at)})"
+    return f"checkpoint {checkpoint.id}{label} ({when})"
 
 
 def no_such_checkpoint(journal: JournalStore, checkpoint_id: int) -> str:

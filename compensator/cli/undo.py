@@ -29,6 +29,7 @@ from .common import (
     journal_path,
     local_time,
     no_such_checkpoint,
+    plural,
 )
 from .terminal import (
     Cell,
@@ -62,11 +63,13 @@ _AGENT_COLUMN = Column(header="AGENT", overflow="truncate", min_width=8)
 @dataclass(frozen=True, kw_only=True)
 class Target:
     """What to undo: every open change after checkpoint `to`, every one made `since` a moment
-    (aware), or the one change `change`. Exactly one is set."""
+    (aware), the one change `change`, or those of the last `turns` turns. Exactly one is set."""
 
     to: int | None = None
     since: datetime | None = None
     change: int | None = None
+    turns: int | None = None
+    """The last N turns: every open change after the Nth newest turn checkpoint."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +104,22 @@ def _checkpoint(journal: JournalStore, checkpoint_id: int) -> Checkpoint:
     if checkpoint is None:
         raise CompensatorError(no_such_checkpoint(journal, checkpoint_id))
     return checkpoint
+
+
+def _resolved(journal: JournalStore, target: Target, agent: str | None) -> Target:
+    """`--turns N` as the checkpoint it undoes to: the Nth newest that starts a turn (of
+    `agent` when given). CompensatorError when the journal holds fewer."""
+    if target.turns is None:
+        return target
+    turns = [cp for cp in journal.checkpoints(agent) if cp.turn is not None]
+    if len(turns) < target.turns:
+        held = f"only {plural(len(turns), 'turn')}" if turns else "no turn"
+        raise CompensatorError(
+            f"--turns {target.turns}: the journal holds {held} (checkpoints taken with a "
+            "prompt; `compensator wire --hooks` makes Claude Code take one per prompt). "
+            "`compensator log` lists the checkpoints; --to N undoes to one of them"
+        )
+    return Target(to=turns[target.turns - 1].id)
 
 
 def _describe(journal: JournalStore, undoer: Undoer, target: Target) -> tuple[str, str]:
@@ -152,6 +171,7 @@ async def make_plan(
 
     journal = open_journal(path, read_only=True)
     try:
+        target = _resolved(journal, target, agent)
         undoer = Undoer(journal, registry, _no_calls, agent=agent)
         title, empty = _describe(journal, undoer, target)
         report = await _undo_target(undoer, target, dry_run=True, force=force)
@@ -176,6 +196,7 @@ async def undo(
 
     journal = open_journal(path, person=True)
     try:
+        target = _resolved(journal, target, agent)
         undoer = Undoer(journal, registry, _no_calls, agent=agent)
         _describe(journal, undoer, target)  # still there to undo?
         async with DownstreamPool(
@@ -340,6 +361,16 @@ _change_id = _journal_id("change", " (the CHANGE column)")
 _checkpoint_id = _journal_id("checkpoint", "")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of turns (1, 2, ...)")
+    return value
+
+
 def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
     add_registry_arguments(parser, db_help="the journal file (default: as `serve` finds it)")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -352,6 +383,13 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="WHEN",
         help="undo every change made since WHEN: 2h, 30m, 1d, or 2026-12-03T10:00 (local time "
         "unless it ends in Z or +HH:MM)",
+    )
+    which.add_argument(
+        "--turns",
+        type=_positive,
+        metavar="N",
+        help="undo the last N turns in Claude Code: every change after the Nth newest "
+        "checkpoint taken with a prompt (`compensator wire --hooks` sets that up)",
     )
     which.add_argument(
         "--change",
@@ -378,7 +416,7 @@ def add_undo_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    return Target(to=args.to, since=args.since, change=args.change)
+    return Target(to=args.to, since=args.since, change=args.change, turns=args.turns)
 
 
 def run_undo(args: argparse.Namespace) -> int:

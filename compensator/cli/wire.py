@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..clients import (
+    SETTINGS,
     Collected,
     Source,
     backup_of,
@@ -24,6 +25,8 @@ from ..clients import (
     unwired,
     variables,
     wired,
+    with_turn_hook,
+    without_turn_hook,
 )
 from ..errors import CompensatorError
 from ..registry import referenced
@@ -48,6 +51,10 @@ examples:
 
 Each file changed is first copied to FILE.compensator-backup; `compensator unwire` puts the
 server lists back from it.
+
+--hooks also adds a UserPromptSubmit hook to the project's .claude/settings.json: Claude Code
+then calls the proxy's `checkpoint` with each prompt, and `compensator undo --turns N` undoes
+the last N turns. `unwire` takes it out again.
 """
 
 UNWIRE_EPILOG = """\
@@ -65,6 +72,13 @@ def add_wire_arguments(parser: argparse.ArgumentParser) -> None:
         help="the registry the proxy will serve (default: compensators.yaml, as init writes it)",
     )
     add_client_arguments(parser)
+    parser.add_argument(
+        "--hooks",
+        action="store_true",
+        help=f"also add a Claude Code hook to the project's {SETTINGS} that takes a "
+        "checkpoint with each prompt, for `compensator undo --turns N` (asked when a Claude "
+        "Code configuration is wired from a terminal)",
+    )
     _add_answers(parser)
 
 
@@ -90,12 +104,14 @@ def run_wire(args: argparse.Namespace) -> int:
                     f"{path} is wired already (its backup {backup_of(path)} exists): run "
                     "`compensator unwire` first"
                 )
-        changes = _wiring(sources, collect(sources), taken, config, referenced)
+        changes: Changes = dict(_wiring(sources, collect(sources), taken, config, referenced))
         if not changes:
             raise CompensatorError(
                 f"no client configuration here starts a server of {config} "
                 f"({', '.join(sorted(taken))}): nothing to wire"
             )
+        if _wants_hooks(args, sources, changes):
+            changes.update(_hooked(args.project / SETTINGS))
     except CompensatorError as exc:
         print(f"compensator wire: {exc}", file=sys.stderr)
         return 1
@@ -106,7 +122,7 @@ def run_unwire(args: argparse.Namespace) -> int:
     log_to_stderr()
     try:
         sources = client_sources(args.from_file, args.project)
-        changes: dict[Path, tuple[bytes, bytes]] = {}
+        changes: Changes = dict(_unhooked(args.project / SETTINGS))
         for path, listed in _by_file(sources).items():
             backup = backup_of(path)
             if not backup.exists():
@@ -126,6 +142,45 @@ def run_unwire(args: argparse.Namespace) -> int:
         print(f"compensator unwire: {exc}", file=sys.stderr)
         return 1
     return _apply(changes, args, "unwire", after=_drop_backup)
+
+
+Changes = dict[Path, tuple[bytes, "bytes | None"]]
+"""Each file to change: its bytes now (empty when there is none) and after (None: removed)."""
+
+
+def _wants_hooks(args: argparse.Namespace, sources: list[Source], changes: Changes) -> bool:
+    """--hooks, or asked when a Claude Code configuration is wired from a terminal."""
+    if args.hooks:
+        return True
+    claude = any(s.client == "claude-code" and s.path in changes for s in sources)
+    if not claude or args.yes or args.dry_run or not sys.stdin.isatty():
+        return False
+    return confirm(
+        f"Also add a Claude Code hook to {args.project / SETTINGS} that takes a checkpoint "
+        "with each prompt (for `compensator undo --turns N`)?"
+    )
+
+
+def _hooked(path: Path) -> Changes:
+    """The settings file with the turn hook added, unless it has it already."""
+    if backup_of(path).exists():
+        raise CompensatorError(
+            f"{path} has the hook already (its backup {backup_of(path)} exists): run "
+            "`compensator unwire` first"
+        )
+    old = path.read_bytes() if path.exists() else b""
+    new = with_turn_hook(old.decode("utf-8"), path).encode("utf-8")
+    return {} if new == old else {path: (old, new)}
+
+
+def _unhooked(path: Path) -> Changes:
+    """The settings file with the turn hook taken out, where `wire --hooks` put it."""
+    backup = backup_of(path)
+    if not backup.exists():
+        return {}
+    old = path.read_bytes() if path.exists() else b""
+    new = without_turn_hook(old.decode("utf-8"), backup.read_bytes(), path)
+    return {} if new == old else {path: (old, new)}
 
 
 def _registry_servers(config: Path) -> tuple[set[str], set[str]]:
@@ -234,17 +289,17 @@ def proxy_entry(config: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 def _apply(
-    changes: dict[Path, tuple[bytes, bytes]],
+    changes: Changes,
     args: argparse.Namespace,
     verb: str,
     *,
-    before: Callable[[Path, bytes, bytes], None] | None = None,
-    after: Callable[[Path, bytes, bytes], None] | None = None,
+    before: Callable[[Path, bytes, bytes | None], None] | None = None,
+    after: Callable[[Path, bytes, bytes | None], None] | None = None,
 ) -> int:
     """Show each file's diff, ask, and write; `before` runs before a file is written (wire
     keeps its backup) and `after` once it is (unwire drops the backup then, never sooner)."""
     for path, (old, new) in changes.items():
-        print(diff(path, old.decode("utf-8"), new.decode("utf-8")), end="")
+        print(diff(path, old.decode("utf-8"), (new or b"").decode("utf-8")), end="")
     if args.dry_run:
         print("Dry run: nothing was changed.")
         return 0
@@ -260,13 +315,17 @@ def _apply(
             print("Nothing was changed.")
             return 1
     for path, (old, new) in changes.items():
-        if path.read_bytes() != old:
+        if (path.read_bytes() if path.exists() else b"") != old:
             print(f"compensator {verb}: {path} changed meanwhile; left alone", file=sys.stderr)
             return 1
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)  # .claude/ for the hook
             if before is not None:
                 before(path, old, new)
-            replace_atomically(path, new)
+            if new is None:
+                path.unlink()  # a file wire made, with nothing else in it
+            else:
+                replace_atomically(path, new)
             if after is not None:
                 after(path, old, new)
         except OSError as exc:
@@ -276,14 +335,15 @@ def _apply(
     return 0
 
 
-def _keep_backup(path: Path, old: bytes, new: bytes) -> None:
+def _keep_backup(path: Path, old: bytes, new: bytes | None) -> None:
+    """The file's bytes before wire; an empty backup: there was no such file."""
     replace_atomically(backup_of(path), old)
 
 
-def _drop_backup(path: Path, old: bytes, new: bytes) -> None:
+def _drop_backup(path: Path, old: bytes, new: bytes | None) -> None:
     """Once no list in the file has the proxy's entry; while another project's list in
     ~/.claude.json still has it, the backup is its way back."""
-    if still_wired(new.decode("utf-8")):
+    if new is not None and path.name != SETTINGS.name and still_wired(new.decode("utf-8")):
         print(
             f"note: {backup_of(path)} is kept: another server list in {path} still starts "
             "the proxy (run `compensator unwire` where it was wired)",

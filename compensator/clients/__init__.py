@@ -8,6 +8,7 @@ no server and speaks no MCP; the command line does that with compensator.wire.
 
 from __future__ import annotations
 
+from .hooks import SETTINGS, with_turn_hook, without_turn_hook
 from .jsonc import ConfigFileError
 from .proposal import (
     Proposal,
@@ -42,6 +43,7 @@ __all__ = [
     "BACKUP_SUFFIX",
     "CLIENTS",
     "PROXY_NAME",
+    "SETTINGS",
     "ClientServer",
     "Collected",
     "ConfigFileError",
@@ -62,4 +64,6 @@ __all__ = [
     "unwired",
     "variables",
     "wired",
+    "with_turn_hook",
+    "without_turn_hook",
 ]

@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from .records import (
+    TURN,
     Answer,
     Change,
     Checkpoint,
@@ -25,6 +26,7 @@ from .records import (
     StepOutcome,
     StepStatus,
     latest_steps,
+    turn_label,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ _HOMES = {
 
 __all__ = [
     "SCHEMA_VERSION",
+    "TURN",
     "Answer",
     "Change",
     "Checkpoint",
@@ -71,6 +74,7 @@ __all__ = [
     "journal_address",
     "latest_steps",
     "open_journal",
+    "turn_label",
 ]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "TURN",
     "Answer",
     "Change",
     "Checkpoint",
@@ -19,6 +20,7 @@ __all__ = [
     "StepOutcome",
     "StepStatus",
     "latest_steps",
+    "turn_label",
 ]
 
 
@@ -89,6 +91,31 @@ class Checkpoint:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "label": self.label, "created_at": self.created_at}
+
+    @property
+    def turn(self) -> str | None:
+        """The first line of the prompt whose turn it starts (see `turn_label`), else None."""
+        if self.label is None or not self.label.startswith(TURN):
+            return None
+        return self.label[len(TURN) :]
+
+
+TURN = "turn: "
+"""How the label of a turn's checkpoint starts: one taken with a user's prompt (the Claude
+Code hook `compensator wire --hooks` writes calls `checkpoint` with it), which `compensator
+undo --turns N` counts back through."""
+
+_PROMPT_SHOWN = 120
+"""Characters of a prompt's first line kept in its turn's label."""
+
+
+def turn_label(prompt: str) -> str:
+    """The label of the checkpoint before a turn: `turn: ` and the prompt's first line that
+    has text, cut to a line's length."""
+    first = next((line.strip() for line in prompt.splitlines() if line.strip()), "")
+    if len(first) > _PROMPT_SHOWN:
+        first = first[: _PROMPT_SHOWN - 1].rstrip() + "…"
+    return TURN + (first or "(an empty prompt)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..classification import Classification
 from ..errors import MetaArgumentError
+from ..journal import turn_label
 from ..registry import Defaults, Registry, ToolPolicy
 from ..wire import DownstreamPool
 from .calls import classify
@@ -37,7 +38,17 @@ META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         ),
         "inputSchema": {
             "type": "object",
-            "properties": {"label": {"type": "string", "description": "A note for humans."}},
+            "properties": {
+                "label": {"type": "string", "description": "A note for humans."},
+                "prompt": {
+                    "type": "string",
+                    "description": (
+                        "Instead of label: the user's prompt that starts a turn (a client "
+                        "hook sends it); the label is `turn: ` and its first line, and "
+                        "`compensator undo --turns N` undoes the last N turns."
+                    ),
+                },
+            },
             "additionalProperties": False,
         },
         "annotations": {"readOnlyHint": False, "destructiveHint": False},
@@ -169,11 +180,19 @@ def _flags(tool: str, args: Mapping[str, Any]) -> tuple[bool, bool]:
 
 
 def parse_checkpoint(args: Mapping[str, Any]) -> str | None:
+    """The checkpoint's label: `label`, or a turn's made from `prompt`."""
     _check_keys("checkpoint", args)
-    label = args.get("label")
-    if label is not None and not isinstance(label, str):
-        raise MetaArgumentError(f"checkpoint: label must be a string, got {label!r}")
-    return label
+    label, prompt = args.get("label"), args.get("prompt")
+    for name, value in (("label", label), ("prompt", prompt)):
+        if value is not None and not isinstance(value, str):
+            raise MetaArgumentError(f"checkpoint: {name} must be a string, got {value!r}")
+    if prompt is None:
+        return label
+    if label is not None:
+        raise MetaArgumentError(
+            "checkpoint: pass label or prompt, not both (a turn's label is its prompt's first line)"
+        )
+    return turn_label(prompt)
 
 
 def parse_list_checkpoints(args: Mapping[str, Any]) -> None:
