@@ -23,6 +23,7 @@ from compensator.clients import (
     variables,
 )
 from compensator.clients.proposal import secret
+from compensator.journal import default_journal_path
 from compensator.registry import parse_registry
 
 JSONC = """{
@@ -344,11 +345,16 @@ def test_wire_then_unwire_leaves_each_shape_byte_identical(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(project)
     before = json.loads(path.read_text())
+    # The journal, named as this shell finds it: a client passes few variables on.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    db = str(default_journal_path(project / "r.yaml"))
+    assert db.startswith(str(tmp_path / "state"))
     wired, _ = round_trip(home, project, path, capsys)
+    assert Path(db).parent.is_dir()  # made by wire: serve refuses a --db in a missing folder
     after = json.loads(wired)
     proxy = {
         "command": main.__globals__["sys"].executable,
-        "args": ["-m", "compensator", "serve", "--config", str(project / "r.yaml")],
+        "args": ["-m", "compensator", "serve", "--config", str(project / "r.yaml"), "--db", db],
         "env": {"TOKEN": "abc-secret"},
     }
     if shape.startswith("claude") and "desktop" not in shape:

@@ -29,6 +29,7 @@ from ..clients import (
     without_turn_hook,
 )
 from ..errors import CompensatorError
+from ..journal import default_journal_path
 from ..registry import referenced
 from .common import add_client_arguments, client_sources
 from .terminal import confirm, log_to_stderr
@@ -115,7 +116,13 @@ def run_wire(args: argparse.Namespace) -> int:
     except CompensatorError as exc:
         print(f"compensator wire: {exc}", file=sys.stderr)
         return 1
-    return _apply(changes, args, "wire", before=_keep_backup)
+    _note_postgres(config)
+    written = _apply(changes, args, "wire", before=_keep_backup)
+    journal = default_journal_path(config)
+    if written == 0 and not args.dry_run and isinstance(journal, Path):
+        # `serve` refuses a --db whose folder is missing (a typo, most often): this one is not.
+        journal.parent.mkdir(parents=True, exist_ok=True)
+    return written
 
 
 def run_unwire(args: argparse.Namespace) -> int:
@@ -264,6 +271,17 @@ def _by_reference(server: Any, name: str, referenced: set[str]) -> dict[str, str
     return found
 
 
+def _note_postgres(config: Path) -> None:
+    """A journal URL stays out of the client's file (it may hold a password, the file may be
+    under version control): the person exports it where the client starts."""
+    if not isinstance(default_journal_path(config), Path):
+        print(
+            "note: the proxy journals to $COMPENSATOR_DB (a PostgreSQL URL) only where it is "
+            "set: export it where your client starts, or the proxy journals to a file",
+            file=sys.stderr,
+        )
+
+
 def _warn_missing(source: Source, missing: set[str]) -> None:
     """The proxy serves the whole registry, so it needs every server's values; a list passes
     only its own servers' (copying a token from one client's file into another's, maybe a
@@ -278,11 +296,17 @@ def _warn_missing(source: Source, missing: set[str]) -> None:
 
 def proxy_entry(config: Path, env: dict[str, str]) -> dict[str, Any]:
     """The server entry that starts the proxy: this interpreter (so the client need not find
-    `compensator` on its PATH) serving `config`, with the values the registry's ${VAR} need."""
-    entry: dict[str, Any] = {
-        "command": sys.executable,
-        "args": ["-m", "compensator", "serve", "--config", str(config)],
-    }
+    `compensator` on its PATH) serving `config`, with the values the registry's ${VAR} need.
+
+    The journal is named with --db, as this process finds it: a client starts the proxy with
+    few of the person's variables (the MCP SDK passes HOME, PATH and a handful more), so
+    without it a proxy would journal under ~/.local/state while `compensator undo` in the
+    person's shell, with XDG_STATE_HOME set, looks elsewhere and finds no journal."""
+    args = ["-m", "compensator", "serve", "--config", str(config)]
+    journal = default_journal_path(config)
+    if isinstance(journal, Path):
+        args += ["--db", str(journal)]
+    entry: dict[str, Any] = {"command": sys.executable, "args": args}
     if env:
         entry["env"] = dict(sorted(env.items()))
     return entry
