@@ -41,6 +41,8 @@ __all__ = [
 
 MAX_SETUP_CALLS = 14
 SETUP_ATTEMPTS = 3  # calls that fail while building a pre-state are retried up to this factor
+PRE_STATES = 3  # pre-states a round trip builds, each on the last, until a call of its tool works
+MORE_SETUP_CALLS = 4  # the most successful calls each pre-state after the first adds
 MAX_UNDO_DEPTH = 3
 READ_CALLS = 3  # calls of a read per example in its own check, each must change nothing
 SHOWN_ERRORS = 3  # error texts a "never verified" failure lists
@@ -74,21 +76,30 @@ def _size(state: Any) -> float:
     return float(len(json.dumps(state, default=str)))
 
 
-def build_pre_state(data: st.DataObject, recorder: Recorder) -> None:
+def build_pre_state(data: st.DataObject, recorder: Recorder, *, more: bool = False) -> None:
     """A few successful calls (failed ones are retried), so that pre-states have depth:
     things that exist, things with children, things created twice. Calls come from every
     undoable tool, the state builders and a swarm-style pick of one to three others at
     triple weight; each tool that succeeds weighs more from then on and each one that fails
     less (what worked is what makes the next calls' preconditions hold). Reads are mixed in,
-    and must change nothing."""
+    and must change nothing.
+
+    `more`: a few calls more on a pre-state where the tool under test failed, each undoable
+    tool as likely as the next: the swarm that made this pre-state may be what left out the
+    tool that makes what the one under test needs."""
     plan = recorder.plan
     if not plan.tools:
         return
-    swarm = data.draw(
-        st.lists(st.sampled_from(plan.tools), min_size=1, max_size=3, unique=True), label="also"
-    )
-    pool = [*plan.builders, *plan.builders, *swarm, *swarm, *plan.tools]
-    wanted = data.draw(st.integers(0, MAX_SETUP_CALLS), label="successful setup calls")
+    if more:
+        pool = list(plan.tools)
+        wanted = data.draw(st.integers(1, MORE_SETUP_CALLS), label="more setup calls")
+    else:
+        swarm = data.draw(
+            st.lists(st.sampled_from(plan.tools), min_size=1, max_size=3, unique=True),
+            label="also",
+        )
+        pool = [*plan.builders, *plan.builders, *swarm, *swarm, *plan.tools]
+        wanted = data.draw(st.integers(0, MAX_SETUP_CALLS), label="successful setup calls")
     made = attempts = 0
     while made < wanted and attempts < SETUP_ATTEMPTS * wanted:
         if plan.reads and data.draw(st.integers(0, 7), label="a read now") == 0:
@@ -124,16 +135,23 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
             coverage.examples += 1
             with harness.example() as driver:
                 recorder = Recorder(driver, coverage, harness.registry, plan, errors)
-                build_pre_state(data, recorder)
-                before = recorder.observe()
-                target(_size(before), label="size of the state before the call")
-                checkpoint = recorder.checkpoint()
-                read_now = data.draw(st.booleans(), label="a read after the checkpoint")
-                if read_now and plan.reads:
-                    recorder.call_read(data)
-                recorder.call_drawn(data, tool)
-                recorder.undo_and_verify(checkpoint, before)
-                recorder.repeat_idempotent(checkpoint, before)
+                for attempt in range(PRE_STATES):
+                    # When no call of the tool worked on this pre-state, more setup calls
+                    # on top of it give it another: whether its preconditions ever hold
+                    # must not hang on the seed. Each failed try is undone and checked too.
+                    build_pre_state(data, recorder, more=attempt > 0)
+                    before = recorder.observe()
+                    if attempt == 0:
+                        target(_size(before), label="size of the state before the call")
+                    checkpoint = recorder.checkpoint()
+                    read_now = data.draw(st.booleans(), label="a read after the checkpoint")
+                    if read_now and plan.reads:
+                        recorder.call_read(data)
+                    worked = recorder.call_drawn(data, tool)
+                    recorder.undo_and_verify(checkpoint, before)
+                    if worked:
+                        recorder.repeat_idempotent(checkpoint, before)
+                        break
 
         roundtrip()
 

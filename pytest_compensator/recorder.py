@@ -166,15 +166,16 @@ class Recorder:
             steps=self.steps,
         )
 
-    def call_drawn(self, data: st.DataObject, tool: str) -> None:
+    def call_drawn(self, data: st.DataObject, tool: str) -> bool:
         """Call `tool` with drawn arguments, drawing again (up to CALL_TRIES times) while the
         call fails or is one `mutating_when` makes a read: such a call under test changes
-        nothing and leaves undo nothing to prove."""
+        nothing and leaves undo nothing to prove. True once a journaled call worked."""
         for _ in range(CALL_TRIES):
             args = self.draw_args(data, tool)
             journaled = self._promised_unchanged(tool, args) is None
             if self.call(tool, args) and journaled:
-                return
+                return True
+        return False
 
     def call_read(self, data: st.DataObject) -> None:
         """Call one of the reads, which must leave the state as it was."""

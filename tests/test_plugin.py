@@ -98,7 +98,7 @@ def test_broken_registry_is_caught_and_names_the_tool(pytester: pytest.Pytester,
     assert variant.says in out
     assert "Calls (" in out
     assert "proxy and server stderr" in out
-    if variant.says == UNDO_FAILED:
+    if UNDO_FAILED in out:  # caught by an undo (a broken error_when may be caught either way)
         assert f"roundtrip[{variant.tool}]" in out
         assert variant.tool in out.split("tools undone:")[1]
         assert "Journal entries since the checkpoint:" in out

@@ -61,7 +61,8 @@ def call_outcome(
     # A condition that cannot be evaluated counts the call as done, so it stays undoable.
     context = {"result": value, "args": dict(arguments)}
     if failed is not None and _holds(failed, context, default=False):
-        return CallOutcome(ok=False, value=value, error=_error_text(value, content))
+        error = _error_text(value, content)
+        return CallOutcome(ok=False, value=value, error=error, error_when=failed.source)
     return CallOutcome(ok=True, value=value)
 
 

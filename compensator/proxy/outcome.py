@@ -15,12 +15,14 @@ __all__ = ["CallOutcome", "Caller", "observed_state"]
 class CallOutcome:
     """A downstream call reduced to what undo needs: did it work, and its parsed result.
 
-    `in_doubt` marks a failure after which the call may still have applied (no answer came)."""
+    `in_doubt` marks a failure after which the call may still have applied (no answer came);
+    `error_when` is the registry's condition that judged an answer a failure, when one did."""
 
     ok: bool
     value: Any = None
     error: str | None = None
     in_doubt: bool = False
+    error_when: str | None = None
 
 
 Caller = Callable[[str, dict[str, Any]], Awaitable[CallOutcome]]

@@ -468,7 +468,10 @@ class Undoer:
                 f"in doubt: compensating call {tool} (step {index + 1}) got no answer "
                 f"({outcome.error}); it may or may not have applied; {_FORCE_HINT}"
             )
-        raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}")
+        # An answer the server gave as a success but the registry's error_when calls a
+        # failure: say so, or the person looks for a server fault that is not there.
+        judged = f" (its error_when `{outcome.error_when}` matched)" if outcome.error_when else ""
+        raise _Skip(f"compensating call {tool} (step {index + 1}) failed: {outcome.error}{judged}")
 
 
 def _made_at(change: Change) -> datetime:
