@@ -21,6 +21,7 @@ LATE_REVERSIBLE = "journaled before this tool had a policy; undo uses its revers
 def without_policies(text: str) -> str:
     """The example registry as it was before add_task and rename_task had entries."""
     text = cut(text, "  tasks__add_task:", "  tasks__restore_task:")
+    text = cut(text, "  tasks__set_status:", "  tasks__rename_task:")
     return cut(text, "  tasks__rename_task:", "  tasks__delete_task:")
 
 
@@ -34,8 +35,10 @@ async def test_undo_uses_a_reversible_policy_added_later_and_says_why_not_a_comp
         checkpoint = await client.checkpoint("before the policies")
         task = await client.call_ok("tasks__add_task", {"title": "x"})
         await client.call_ok("tasks__rename_task", {"id": task["id"], "title": "y"})
+        # An answer that says it failed, without isError: journaled as done, for now.
+        await client.call_ok("tasks__set_status", {"id": 99, "status": "done"})
         journaled = await client.list_changes(checkpoint)
-        assert [c["classification"] for c in journaled] == ["unknown", "unknown"]
+        assert [c["classification"] for c in journaled] == ["unknown"] * 3
         assert not any("policy_added_later" in c for c in journaled)
 
     # The person adds the two policies, and the client restarts the proxy.
@@ -55,6 +58,9 @@ async def test_undo_uses_a_reversible_policy_added_later_and_says_why_not_a_comp
         assert undone["tool"] == "tasks__add_task" and LATE_REVERSIBLE in undone["policy"]
         (skipped,) = report["skipped"]
         assert skipped["tool"] == "tasks__rename_task" and NO_SNAPSHOT in skipped["reason"]
+        # The error_when added since says that call failed: nothing to undo, and settled.
+        (failed,) = report["nothing_to_undo"]
+        assert failed["tool"] == "tasks__set_status" and "says the call failed" in failed["reason"]
         assert "add one under `tools:`" not in skipped["reason"]
         assert await client.call_ok("tasks__list_tasks") in ([], {"tasks": []})
 

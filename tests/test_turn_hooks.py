@@ -156,3 +156,15 @@ async def test_checkpoint_arguments_for_turns_are_checked(proxy, tasks_config, t
         ]
         assert listed["label"].startswith("turn: long long") and listed["label"].endswith("…")
         assert len(listed["label"]) == len("turn: ") + 120
+
+
+def test_a_settings_file_that_is_not_json_is_named_not_a_traceback(tmp_path, monkeypatch):
+    project, registry = project_with_claude_code(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings = project / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"hooks": ', encoding="utf-8")
+    wire = ["wire", "--config", str(registry), "--project", str(project), "--yes", "--hooks"]
+    assert main(wire) == 1
+    assert settings.read_text(encoding="utf-8") == '{"hooks": '
+    assert not (project / ".mcp.json.compensator-backup").exists()  # nothing half-wired

@@ -81,6 +81,9 @@ class Plan:
     title: str
     empty: str
     report: UndoReport
+    target: Target
+    """What it undoes, `--turns N` resolved to its checkpoint: the undo after the question
+    is of the plan shown, whatever turns began meanwhile."""
 
     @property
     def entries(self) -> list[tuple[str, dict[str, Any]]]:
@@ -177,7 +180,7 @@ async def make_plan(
         report = await _undo_target(undoer, target, dry_run=True, force=force)
     finally:
         journal.close()
-    return Plan(journal=path, title=title, empty=empty, report=report)
+    return Plan(journal=path, title=title, empty=empty, report=report, target=target)
 
 
 async def undo(
@@ -444,7 +447,7 @@ def run_undo(args: argparse.Namespace) -> int:
         answer = _ask(len(plan.entries))
         if answer is not None:
             return answer
-    return _run(args, registry, path, style)
+    return _run(args, registry, path, style, plan.target)
 
 
 def _ask(count: int) -> int | None:
@@ -463,7 +466,9 @@ def _ask(count: int) -> int | None:
     return 1
 
 
-def _run(args: argparse.Namespace, registry: Registry, path: str | Path, style: Styler) -> int:
+def _run(
+    args: argparse.Namespace, registry: Registry, path: str | Path, style: Styler, target: Target
+) -> int:
     print()
 
     def show(kind: str, entry: dict[str, Any]) -> None:
@@ -473,7 +478,7 @@ def _run(args: argparse.Namespace, registry: Registry, path: str | Path, style: 
 
     try:
         report = anyio.run(
-            undo, registry, path, _target(args), args.startup_timeout, show, args.force, args.agent
+            undo, registry, path, target, args.startup_timeout, show, args.force, args.agent
         )
     except CompensatorError as exc:
         print(f"compensator undo: {exc}", file=sys.stderr)

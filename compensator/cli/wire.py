@@ -113,7 +113,7 @@ def run_wire(args: argparse.Namespace) -> int:
             )
         if _wants_hooks(args, sources, changes):
             changes.update(_hooked(args.project / SETTINGS))
-    except CompensatorError as exc:
+    except (CompensatorError, OSError, UnicodeDecodeError) as exc:
         print(f"compensator wire: {exc}", file=sys.stderr)
         return 1
     _note_postgres(config)
@@ -129,7 +129,7 @@ def run_unwire(args: argparse.Namespace) -> int:
     log_to_stderr()
     try:
         sources = client_sources(args.from_file, args.project)
-        changes: Changes = dict(_unhooked(args.project / SETTINGS))
+        changes: Changes = {}
         for path, listed in _by_file(sources).items():
             backup = backup_of(path)
             if not backup.exists():
@@ -138,6 +138,7 @@ def run_unwire(args: argparse.Namespace) -> int:
             new = unwired(old.decode("utf-8"), backup.read_bytes().decode("utf-8"), listed)
             if new.encode("utf-8") != old:
                 changes[path] = (old, new.encode("utf-8"))
+        changes.update(_unhooked(args.project / SETTINGS))  # last: the server lists come first
         if not changes:
             # A backup with nothing here to restore (another project wired ~/.claude.json)
             # is kept: it may hold the only copy of that project's servers.
@@ -185,7 +186,11 @@ def _unhooked(path: Path) -> Changes:
     backup = backup_of(path)
     if not backup.exists():
         return {}
-    old = path.read_bytes() if path.exists() else b""
+    if not path.exists():
+        # Gone since (deleted by hand): nothing to take the hook out of, nothing to make.
+        print(f"note: {path} is gone; its backup {backup} is left for you to look at")
+        return {}
+    old = path.read_bytes()
     new = without_turn_hook(old.decode("utf-8"), backup.read_bytes(), path)
     return {} if new == old else {path: (old, new)}
 
@@ -305,7 +310,7 @@ def proxy_entry(config: Path, env: dict[str, str]) -> dict[str, Any]:
     args = ["-m", "compensator", "serve", "--config", str(config)]
     journal = default_journal_path(config)
     if isinstance(journal, Path):
-        args += ["--db", str(journal)]
+        args += ["--db", str(journal.absolute())]  # the client starts it in another folder
     entry: dict[str, Any] = {"command": sys.executable, "args": args}
     if env:
         entry["env"] = dict(sorted(env.items()))

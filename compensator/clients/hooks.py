@@ -51,12 +51,16 @@ def _is_turn_hook(handler: Any) -> bool:
 
 
 def _settings(text: str, path: Path) -> dict[str, Any]:
-    settings = jsonc.loads(text) if text.strip() else {}
+    try:
+        settings = jsonc.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise ConfigFileError(f"{path}: not JSON ({exc}); fix it or move it away") from exc
     if not isinstance(settings, dict):
         raise ConfigFileError(f"{path}: not a JSON object; is it Claude Code's settings?")
     hooks = settings.get("hooks", {})
-    groups = hooks.get(EVENT, []) if isinstance(hooks, dict) else None
-    if not isinstance(groups, list):
+    if not isinstance(hooks, dict):
+        raise ConfigFileError(f"{path}: hooks is not an object of events")
+    if not isinstance(hooks.get(EVENT, []), list):
         raise ConfigFileError(f"{path}: hooks.{EVENT} is not a list of matcher groups")
     return settings
 

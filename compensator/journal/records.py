@@ -97,7 +97,8 @@ class Checkpoint:
         """The first line of the prompt whose turn it starts (see `turn_label`), else None."""
         if self.label is None or not self.label.startswith(TURN):
             return None
-        return self.label[len(TURN) :]
+        # Shown as it is: printable only, whoever wrote the label (an agent may, by hand).
+        return "".join(c if c.isprintable() else " " for c in self.label[len(TURN) :])
 
 
 TURN = "turn: "
@@ -113,6 +114,8 @@ def turn_label(prompt: str) -> str:
     """The label of the checkpoint before a turn: `turn: ` and the prompt's first line that
     has text, cut to a line's length."""
     first = next((line.strip() for line in prompt.splitlines() if line.strip()), "")
+    # A terminal shows the label (`log`, `undo`): no escape sequences from a prompt.
+    first = "".join(char if char.isprintable() else " " for char in first)
     if len(first) > _PROMPT_SHOWN:
         first = first[: _PROMPT_SHOWN - 1].rstrip() + "…"
     return TURN + (first or "(an empty prompt)")

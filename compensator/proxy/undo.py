@@ -223,6 +223,10 @@ class Undoer:
                 self._journal.mark_undone(change.id, "nothing to undo: the call failed")
             return "nothing_to_undo", {**entry, "reason": "the call failed"}
         late = late_policy(change, self._registry)
+        if late is not None and late.nothing:
+            if not dry_run:
+                self._journal.mark_undone(change.id, "nothing to undo: " + late.note)
+            return "nothing_to_undo", {**entry, "reason": late.note}
         try:
             policy = self._policy_for(change, late)
             latest = latest_steps(self._journal.compensations(change.id))
