@@ -116,9 +116,16 @@ def run_wire(args: argparse.Namespace) -> int:
     except (CompensatorError, OSError, UnicodeDecodeError) as exc:
         print(f"compensator wire: {exc}", file=sys.stderr)
         return 1
-    _note_postgres(config)
-    written = _apply(changes, args, "wire", before=_keep_backup)
     journal = default_journal_path(config)
+    if not isinstance(journal, Path):
+        # A URL stays out of the client's file (it may hold a password, the file may be under
+        # version control): the person exports it where the client starts.
+        print(
+            "note: the proxy journals to $COMPENSATOR_DB (a PostgreSQL URL) only where it is "
+            "set: export it where your client starts, or the proxy journals to a file",
+            file=sys.stderr,
+        )
+    written = _apply(changes, args, "wire", before=_keep_backup)
     if written == 0 and not args.dry_run and isinstance(journal, Path):
         # `serve` refuses a --db whose folder is missing (a typo, most often): this one is not.
         journal.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +183,7 @@ def _hooked(path: Path) -> Changes:
             f"{path} has the hook already (its backup {backup_of(path)} exists): run "
             "`compensator unwire` first"
         )
-    old = path.read_bytes() if path.exists() else b""
+    old = _bytes_of(path)
     new = with_turn_hook(old.decode("utf-8"), path).encode("utf-8")
     return {} if new == old else {path: (old, new)}
 
@@ -276,17 +283,6 @@ def _by_reference(server: Any, name: str, referenced: set[str]) -> dict[str, str
     return found
 
 
-def _note_postgres(config: Path) -> None:
-    """A journal URL stays out of the client's file (it may hold a password, the file may be
-    under version control): the person exports it where the client starts."""
-    if not isinstance(default_journal_path(config), Path):
-        print(
-            "note: the proxy journals to $COMPENSATOR_DB (a PostgreSQL URL) only where it is "
-            "set: export it where your client starts, or the proxy journals to a file",
-            file=sys.stderr,
-        )
-
-
 def _warn_missing(source: Source, missing: set[str]) -> None:
     """The proxy serves the whole registry, so it needs every server's values; a list passes
     only its own servers' (copying a token from one client's file into another's, maybe a
@@ -344,7 +340,7 @@ def _apply(
             print("Nothing was changed.")
             return 1
     for path, (old, new) in changes.items():
-        if (path.read_bytes() if path.exists() else b"") != old:
+        if _bytes_of(path) != old:
             print(f"compensator {verb}: {path} changed meanwhile; left alone", file=sys.stderr)
             return 1
         try:
@@ -362,6 +358,11 @@ def _apply(
             return 1
         print(f"{verb}: {path}")
     return 0
+
+
+def _bytes_of(path: Path) -> bytes:
+    """A file's bytes; none for a file that is not there (a settings file wire makes)."""
+    return path.read_bytes() if path.exists() else b""
 
 
 def _keep_backup(path: Path, old: bytes, new: bytes | None) -> None:

@@ -97,8 +97,8 @@ class Checkpoint:
         """The first line of the prompt whose turn it starts (see `turn_label`), else None."""
         if self.label is None or not self.label.startswith(TURN):
             return None
-        # Shown as it is: printable only, whoever wrote the label (an agent may, by hand).
-        return "".join(c if c.isprintable() else " " for c in self.label[len(TURN) :])
+        # Whoever wrote the label (an agent may, by hand), a terminal shows it.
+        return _printable(self.label[len(TURN) :])
 
 
 TURN = "turn: "
@@ -114,8 +114,7 @@ def turn_label(prompt: str) -> str:
     """The label of the checkpoint before a turn: `turn: ` and the prompt's first line that
     has text, cut to a line's length."""
     first = next((line.strip() for line in prompt.splitlines() if line.strip()), "")
-    # A terminal shows the label (`log`, `undo`): no escape sequences from a prompt.
-    first = "".join(char if char.isprintable() else " " for char in first)
+    first = _printable(first)
     if len(first) > _PROMPT_SHOWN:
         first = first[: _PROMPT_SHOWN - 1].rstrip() + "…"
     return TURN + (first or "(an empty prompt)")
@@ -259,3 +258,9 @@ def latest_steps(records: list[Compensation]) -> dict[int, Compensation]:
     for record in records:
         latest[record.step] = record
     return latest
+
+
+def _printable(text: str) -> str:
+    """`text` for a terminal (`log`, `undo`): control characters, escape sequences' included,
+    become spaces."""
+    return "".join(char if char.isprintable() else " " for char in text)
