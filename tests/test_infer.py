@@ -18,6 +18,7 @@ from pytest_compensator.harness import example_environment
 
 from .conftest import EXAMPLES, REGISTRIES, third_party_servers
 
+SERVERS = Path(__file__).resolve().parent / "servers"
 FS_SERVER = "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
 SEED = "7"
@@ -143,6 +144,36 @@ def test_tools_nothing_survives_for_stay_comments_never_entries(tmp_path: Path) 
     text = out.read_text()
     assert "# tasks__purge_completed: unclassified (nothing to try" in text
     assert "# tasks__reset: unclassified (the registry's reset: calls it" in text
+
+
+def test_a_failure_that_comes_and_goes_rejects_the_candidate_as_unreliable(
+    tmp_path: Path,
+) -> None:
+    # The server's first delete deletes nothing; replayed, the same calls pass. Hypothesis
+    # calls that Flaky: infer must reject the right-looking inverse and say why, not crash.
+    config = tmp_path / "notes.yaml"
+    config.write_text(
+        "servers:\n"
+        "  notes:\n"
+        '    command: "${COMPENSATOR_PYTHON}"\n'
+        f'    args: ["{SERVERS / "forgetful_server.py"}"]\n'
+        "state:\n"
+        "  - tool: notes__list_notes\n"
+        "    select: notes\n"
+        "reset:\n"
+        "  - tool: notes__reset\n"
+    )
+    run = infer(config, "--tool", "notes__add_note", "--seed", SEED, "--json")
+    add = summary(run)["tools"]["notes__add_note"]
+    assert add["status"] == "unclassified" and add["entry"] is None
+    [attempt] = add["attempts"]
+    assert attempt["candidate"] == "reversible: notes__delete_note(id={result.id})"
+    assert attempt["outcome"] == "unreliable"
+    assert "a failure that came and went" in attempt["failure"]
+    assert "The first failure: undo_to(" in attempt["failure"]
+    assert "notes__add_note" not in written_entries(config)
+    assert "notes__add_note: unclassified" in config.read_text()
+    assert "unreliable after" in config.read_text() and "    unreliable: " in run.stderr
 
 
 def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ class Prover:
         except NeverVerified as exc:
             outcome, failure = "never verified", str(exc)
         except hypothesis.errors.Flaky as exc:
-            # Evidence, not a crash: the same calls on new servers gave different results.
+            # Evidence, not a crash: the same calls from the same state gave different results.
             outcome, failure = "unreliable", _unreliable(exc)
         except AssertionError as exc:
             outcome, failure = "failed", str(exc)
@@ -290,8 +290,9 @@ def _unreliable(exc: Exception) -> str:
     inner = getattr(exc, "exceptions", ())
     cause = f" The first failure: {str(inner[0]).splitlines()[0][:200]}" if inner else ""
     return (
-        "rejected as unreliable: replaying the same calls on new servers gave a different "
-        "outcome (a failure that came and went), so neither a pass nor a failure of this "
+        "rejected as unreliable: the same calls from the same starting state gave a "
+        "different outcome when replayed (a failure that came and went), so neither a pass "
+        "nor a failure of this "
         "candidate can be trusted. The server may answer differently to the same calls "
         "(timestamps, random ids), or keep state outside what the probes read." + cause
     )
