@@ -1,86 +1,43 @@
-"""Hypothesis strategies from the JSON Schema subset that MCP tool input schemas use.
-
-hypothesis-jsonschema 0.23 (its latest release) drives Hypothesis internals that current
-Hypothesis no longer has and fails on every object schema, so the plugin carries this small
-converter instead. Unsupported keywords raise `UnsupportedSchema` naming the keyword and the fix.
-
-Every value drawn is valid under the schema with Draft 2020-12 semantics: `allOf` parts and the
-siblings of a `$ref` are merged keyword by keyword, a recursive `$ref` is unrolled a few levels
-deep, and the few combinations without an exact generator (`oneOf`, two `anyOf`s, a float
-`multipleOf`, `enum` next to other keywords, ...) are checked with a `jsonschema` validator.
-A schema that no value satisfies raises `UnsupportedSchema` saying why.
-"""
+"""The converter: a JSON Schema (the subset MCP tool input schemas use) to a Hypothesis
+strategy. The package docstring says what it honours."""
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 from urllib.parse import unquote
 
 from hypothesis import strategies as st
 
-from compensator.errors import CompensatorError
-
-__all__ = ["UnsupportedSchema", "from_schema"]
-
-_IGNORED = {
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$schema",
-    "$id",
-    "$comment",
-    "format",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-    "$defs",
-    "definitions",
-    "contentMediaType",
-    "contentEncoding",
-    # pydantic writes it next to `oneOf`; validators ignore it, the `oneOf` says it all.
-    "discriminator",
-}
-# The keywords that only constrain values of one type; without `type`, they say which to draw.
-_TYPE_KEYWORDS = {
-    "object": {"properties", "required", "additionalProperties"},
-    "array": {"items", "prefixItems", "minItems", "maxItems", "uniqueItems"},
-    "string": {"minLength", "maxLength", "pattern"},
-    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"},
-}
-_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-_HANDLED = {"type", "enum", "const"}.union(*_TYPE_KEYWORDS.values())
-_LOWER = ("minimum", "exclusiveMinimum", "minLength", "minItems")
-_UPPER = ("maximum", "exclusiveMaximum", "maxLength", "maxItems")
-# Merged by _merge_properties, _merge_items or by hand in _merge, never key by key.
-_STRUCTURAL = {"allOf", "properties", "additionalProperties", "items", "prefixItems"}
+from .merge import _merge
+from .vocabulary import (
+    _ANY_JSON,
+    _HANDLED,
+    _IGNORED,
+    _ROOT_URI,
+    UnsupportedSchema,
+    _absolute_refs,
+    _all_unique,
+    _Contradiction,
+    _count,
+    _distinct_values,
+    _empty_interval,
+    _integer_range,
+    _is_integer,
+    _json_key,
+    _lower,
+    _number,
+    _schema_list,
+    _tuple_array,
+    _types,
+    _upper,
+)
 
 _MAX_OPEN_REFS = 3
 """How many times one `$ref` may be open on the path being built: a recursive schema is
 unrolled that deep, and the innermost level draws only what needs no further recursion."""
-
-_ROOT_URI = "urn:mcp-compensator:schema"
-
-_JSON_SCALARS = st.none() | st.booleans() | st.integers(-10, 10) | st.text(max_size=5)
-_ANY_JSON = st.recursive(
-    _JSON_SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
-    ),
-    max_leaves=5,
-)
-
-
-class UnsupportedSchema(CompensatorError, ValueError):
-    """A schema uses a keyword the converter cannot honour, or no value satisfies it."""
-
-
-class _Contradiction(Exception):
-    """Two schemas merged by `allOf` that no value satisfies together."""
 
 
 def from_schema(schema: Any, *, where: str = "inputSchema") -> st.SearchStrategy[Any]:
@@ -397,266 +354,3 @@ class _Converter:
             )
         # Undeclared, so additionalProperties (any value when absent) governs it.
         return self.build(extra, f"{where}.{name}")
-
-
-# -- merging allOf parts ------------------------------------------------------------------
-
-
-def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """One schema that holds exactly when both hold; keywords that cannot be merged move to
-    `allOf`, which the converter checks with a validator."""
-    merged = {**b, **a}
-    residual = [*a.get("allOf", []), *b.get("allOf", [])]
-    for key in (a.keys() & b.keys()) - _STRUCTURAL:
-        value = _merge_keyword(key, a[key], b[key])
-        if value is _UNMERGED:
-            residual.append({key: b[key]})
-        else:
-            merged[key] = value
-    _merge_properties(a, b, merged)
-    _merge_items(a, b, merged)
-    if residual:
-        merged["allOf"] = residual
-    return merged
-
-
-_UNMERGED = object()
-
-
-def _merge_keyword(key: str, a: Any, b: Any) -> Any:
-    if key in _IGNORED or _json_key(a) == _json_key(b):
-        return a
-    if key == "type":
-        return _intersect_types(a, b)
-    if key == "enum":
-        return _intersect_values(a, b)
-    if key == "const":
-        raise _Contradiction(f"const {a!r} and const {b!r} differ")
-    if key == "required":
-        return list(dict.fromkeys([*a, *b]))
-    if key in _LOWER:
-        return max(a, b)
-    if key in _UPPER:
-        return min(a, b)
-    if key == "uniqueItems":
-        return a or b
-    if key == "multipleOf":
-        return _common_multiple(a, b)
-    if key == "pattern":
-        return _both_patterns(a, b)
-    return _UNMERGED
-
-
-def _intersect_types(a: Any, b: Any) -> Any:
-    common: dict[str, None] = {}
-    for x in [a] if isinstance(a, str) else a:
-        for y in [b] if isinstance(b, str) else b:
-            if x == y or {x, y} == {"integer", "number"}:
-                common["integer" if "integer" in (x, y) else x] = None
-    if not common:
-        raise _Contradiction(f"type {a!r} and type {b!r} have no value in common")
-    return next(iter(common)) if len(common) == 1 else list(common)
-
-
-def _intersect_values(a: Any, b: Any) -> list[Any]:
-    keys = {_json_key(value) for value in b}
-    common = [value for value in a if _json_key(value) in keys]
-    if not common:
-        raise _Contradiction(f"enum {a!r} and enum {b!r} have no value in common")
-    return common
-
-
-def _common_multiple(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool):
-        return math.lcm(a, b)
-    if (Fraction(a) / Fraction(b)).denominator == 1:
-        return a
-    if (Fraction(b) / Fraction(a)).denominator == 1:
-        return b
-    return _UNMERGED
-
-
-def _both_patterns(a: Any, b: Any) -> Any:
-    """One pattern that a string matches (re.search) exactly when it matches both: the
-    lookahead finds `a` anywhere, then `b` is searched from the start too."""
-    if not isinstance(a, str) or not isinstance(b, str) or re.search(r"\\[1-9]", b):
-        return _UNMERGED  # b's numbered groups would shift inside the combined pattern
-    both = rf"^(?=[\s\S]*?(?:{a}))[\s\S]*?(?:{b})"
-    try:
-        re.compile(both)
-    except re.error:
-        return _UNMERGED
-    return both
-
-
-def _merge_properties(a: Mapping[str, Any], b: Mapping[str, Any], merged: dict) -> None:
-    """A name one part declares and the other does not is, for the other part, an additional
-    property: that part's additionalProperties applies to it."""
-    if not {"properties", "additionalProperties"} & (a.keys() | b.keys()):
-        return
-    props_a, props_b = a.get("properties", {}), b.get("properties", {})
-    extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
-    names = dict.fromkeys([*props_a, *props_b])
-    properties = {n: _both(props_a.get(n, extra_a), props_b.get(n, extra_b)) for n in names}
-    merged.pop("properties", None)
-    if properties:
-        merged["properties"] = properties
-    if "additionalProperties" in merged:
-        merged["additionalProperties"] = _both(extra_a, extra_b)
-
-
-def _merge_items(a: Mapping[str, Any], b: Mapping[str, Any], merged: dict) -> None:
-    """Position i of the merged array follows both parts' schema for position i."""
-    if not {"items", "prefixItems"} & (a.keys() | b.keys()):
-        return
-    prefix_a, prefix_b = a.get("prefixItems", []), b.get("prefixItems", [])
-    rest_a, rest_b = a.get("items", True), b.get("items", True)
-    count = max(len(prefix_a), len(prefix_b))
-    merged.pop("prefixItems", None)
-    if count:
-        merged["prefixItems"] = [
-            _both(_at(prefix_a, rest_a, i), _at(prefix_b, rest_b, i)) for i in range(count)
-        ]
-    merged.pop("items", None)
-    rest = _both(rest_a, rest_b)
-    if rest is not True:
-        merged["items"] = rest
-
-
-def _at(prefix: Sequence[Any], rest: Any, index: int) -> Any:
-    return prefix[index] if index < len(prefix) else rest
-
-
-def _both(a: Any, b: Any) -> Any:
-    if a is True or a == {}:
-        return b
-    if b is True or b == {}:
-        return a
-    if a is False or b is False:
-        return False
-    return {"allOf": [a, b]}
-
-
-# -- small helpers ------------------------------------------------------------------------
-
-
-def _schema_list(schema: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    value = schema.get(key, [])
-    if not isinstance(value, list):
-        raise UnsupportedSchema(f"{where}: {key} must be a list of schemas, got {value!r}")
-    return list(value)
-
-
-def _types(schema: Mapping[str, Any], where: str) -> list[str] | None:
-    """The types to draw: those `type` names, else those the keywords constrain, else any."""
-    kind = schema.get("type")
-    if kind is None:
-        inferred = [name for name, keys in _TYPE_KEYWORDS.items() if keys & schema.keys()]
-        return inferred or None
-    kinds = [kind] if isinstance(kind, str) else kind
-    if not isinstance(kinds, list):
-        raise UnsupportedSchema(f"{where}: type must be a name or a list, got {kind!r}")
-    for name in kinds:
-        if name not in _TYPES:
-            raise UnsupportedSchema(f"{where}: unknown type {name!r}")
-    return list(kinds)
-
-
-def _number(schema: Mapping[str, Any], key: str, where: str) -> Any:
-    value = schema.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise UnsupportedSchema(f"{where}: {key} must be a number, got {value!r}")
-    return value
-
-
-def _count(schema: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = _number(schema, key, where)
-    return None if value is None else math.ceil(value) if "min" in key else math.floor(value)
-
-
-def _lower(schema: Mapping[str, Any], where: str) -> tuple[Any, bool] | None:
-    """The tightest lower bound and whether it is exclusive."""
-    bounds = [
-        (value, exclusive)
-        for key, exclusive in (("minimum", False), ("exclusiveMinimum", True))
-        if (value := _number(schema, key, where)) is not None
-    ]
-    return max(bounds) if bounds else None
-
-
-def _upper(schema: Mapping[str, Any], where: str) -> tuple[Any, bool] | None:
-    bounds = [
-        (value, exclusive)
-        for key, exclusive in (("maximum", False), ("exclusiveMaximum", True))
-        if (value := _number(schema, key, where)) is not None
-    ]
-    # At equal values the exclusive bound is the tighter one.
-    return min(bounds, key=lambda bound: (bound[0], not bound[1])) if bounds else None
-
-
-def _integer_range(lower: Any, upper: Any) -> tuple[int | None, int | None]:
-    low = None if lower is None else math.floor(lower[0]) + 1 if lower[1] else math.ceil(lower[0])
-    high = None if upper is None else math.ceil(upper[0]) - 1 if upper[1] else math.floor(upper[0])
-    return low, high
-
-
-def _empty_interval(lower: tuple[Any, bool], upper: tuple[Any, bool]) -> bool:
-    return bool(lower[0] > upper[0] or (lower[0] == upper[0] and (lower[1] or upper[1])))
-
-
-def _is_integer(value: Any) -> bool:
-    return isinstance(value, int) or value.is_integer()
-
-
-def _json_key(value: Any) -> Any:
-    """Equal for values JSON calls equal: 1 and 1.0 are, True and 1 are not."""
-    if isinstance(value, bool) or value is None:
-        return ("literal", value)
-    if isinstance(value, (int, float)):
-        return ("number", value)
-    if isinstance(value, str):
-        return ("string", value)
-    if isinstance(value, Mapping):
-        return ("object", frozenset((k, _json_key(v)) for k, v in value.items()))
-    if isinstance(value, Sequence):
-        return ("array", tuple(_json_key(v) for v in value))
-    return ("other", repr(value))
-
-
-def _all_unique(values: list[Any]) -> bool:
-    return len({_json_key(v) for v in values}) == len(values)
-
-
-def _distinct_values(schema: Any) -> int | None:
-    """How many JSON-distinct values the items schema allows, when it is a small finite set."""
-    if not isinstance(schema, Mapping):
-        return None
-    if "const" in schema:
-        return 1
-    if isinstance(schema.get("enum"), list):
-        return len({_json_key(v) for v in schema["enum"]})
-    return {"boolean": 2, "null": 1}.get(str(schema.get("type")))
-
-
-def _tuple_array(
-    prefix: list[st.SearchStrategy[Any]], items: st.SearchStrategy[Any], size: int
-) -> st.SearchStrategy[list[Any]]:
-    parts = prefix[:size] + [items] * (size - len(prefix))
-    return st.tuples(*parts).map(list)
-
-
-def _absolute_refs(node: Any) -> Any:
-    """A copy of a subschema whose local `$ref`s point into the root document."""
-    if isinstance(node, list):
-        return [_absolute_refs(item) for item in node]
-    if not isinstance(node, Mapping):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "$ref" and isinstance(value, str) and value.startswith("#"):
-            out[key] = _ROOT_URI + value
-        elif key in ("enum", "const", "default", "examples"):
-            out[key] = value  # values, not schemas
-        else:
-            out[key] = _absolute_refs(value)
-    return out
