@@ -152,6 +152,11 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
                     if worked:
                         recorder.repeat_idempotent(checkpoint, before)
                         break
+            # Counted once the example is through (not one Hypothesis cut short): whether a
+            # call of the tool worked on one of its pre-states, i.e. its precondition held.
+            stats = coverage.stats(tool)
+            stats.examples += 1
+            stats.met += worked
 
         roundtrip()
 

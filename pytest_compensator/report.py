@@ -30,6 +30,8 @@ class ToolStats:
     undone: int = 0  # changes undo_to reported as undone
     verified: int = 0  # undone, and the observed state afterwards was the expected one
     failures: int = 0  # undo left the state wrong, or skipped the change
+    examples: int = 0  # examples of the tool's own round trip
+    met: int = 0  # of those, examples where a call of it worked: its precondition held
 
 
 @dataclass
@@ -102,16 +104,18 @@ class Coverage:
     def lines(self) -> list[str]:
         """The terminal summary: one row per tool, then what was left out and why."""
         width = max([len(t) for t in self.tools] + [len("tool")])
-        rows = [f"{'tool':<{width}}  calls   failed  undone  verified  failures"]
+        rows = [f"{'tool':<{width}}  calls   failed  undone  verified  failures    met"]
         for tool, s in sorted(self.tools.items()):
             if tool in self.reads:
                 # A read has nothing to undo: its calls were checked to change nothing.
                 undone = verified = "read"
             else:
                 undone, verified = str(s.undone), str(s.verified)
+            # Round-trip examples where a call of the tool worked, of all its round trip's.
+            met = f"{s.met}/{s.examples}" if s.examples else "-"
             rows.append(
                 f"{tool:<{width}}  {s.calls:>5}  {s.errors:>7}  {undone:>6}  "
-                f"{verified:>8}  {s.failures:>8}"
+                f"{verified:>8}  {s.failures:>8}  {met:>5}"
             )
         for tool, why in sorted(self.left_out.items()):
             rows.append(f"left out: {tool} ({why})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,11 @@ def test_example_registry_passes_with_coverage_and_json_report(pytester: pytest.
     data = json.loads(report.read_text())
     delete = data["tools"]["tasks__delete_task"]
     assert delete["calls"] > 0 and delete["verified"] == delete["undone"] > 0
+    # Its round trip's examples, and those where a delete worked (a task was there to delete).
+    assert delete["examples"] >= 5 and 0 < delete["met"] <= delete["examples"]
+    row = re.search(r"^tasks__delete_task .* (\d+)/(\d+)$", out, re.M)
+    assert row is not None and (int(row[1]), int(row[2])) == (delete["met"], delete["examples"])
+    assert re.search(r"^tasks__list_tasks .* read +0 +-$", out, re.M)  # a read has no round trip
     assert data["reads"] == [
         "tasks__get_task",
         "tasks__get_task_tree",

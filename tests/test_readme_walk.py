@@ -107,7 +107,7 @@ def test_the_readme_path_from_init_to_unwire_on_server_memory(tmp_path: Path):
     for line in quoted("pytest --compensator-config compensators.yaml"):
         tool = line.split()[0]
         if tool in ("create_entities", "delete_entities"):  # every call undone and verified
-            undone = re.search(rf"^{tool} +\d+ +\d+ +(\d+) +(\d+) +0$", plugin, re.M)
+            undone = re.search(rf"^{tool} +\d+ +\d+ +(\d+) +(\d+) +0 +\d+/\d+$", plugin, re.M)
             assert undone is not None and undone[1] == undone[2], plugin
     assert sha256(memory) == data_hash  # hundreds of calls, none on the user's graph
 
