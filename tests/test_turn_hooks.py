@@ -104,6 +104,32 @@ def test_unwire_keeps_what_changed_in_the_settings_since(tmp_path, monkeypatch):
     assert json.loads(settings_path.read_text()) == {"model": "opus"}
 
 
+def test_a_hook_taken_out_by_hand_leaves_a_backup_wire_names_not_overwrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    project, registry = project_with_claude_code(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    settings_path = project / ".claude" / "settings.json"
+    settings_path.parent.mkdir()
+    settings_path.write_text(SETTINGS_TEXT, encoding="utf-8")
+    wire = ["wire", "--config", str(registry), "--project", str(project), "--yes", "--hooks"]
+    assert main(wire) == 0
+    settings_path.write_text('{"model": "opus"}', encoding="utf-8")  # hook out, by hand
+    assert main(["unwire", "--project", str(project), "--yes"]) == 0
+    backup = project / ".claude" / "settings.json.compensator-backup"
+    assert "has no turn hook to take out" in capsys.readouterr().out
+    assert backup.read_text(encoding="utf-8") == SETTINGS_TEXT  # kept: it is the person's
+
+    assert main(wire) == 1  # not "has the hook already", which would be false
+    err = capsys.readouterr().err
+    assert "has no turn hook, but the backup" in err and str(backup) in err
+    assert backup.read_text(encoding="utf-8") == SETTINGS_TEXT
+    assert not (project / ".mcp.json.compensator-backup").exists()  # nothing half-wired
+    backup.unlink()
+    assert main(wire) == 0
+    assert hook_of(json.loads(settings_path.read_text()))["tool"] == "checkpoint"
+
+
 async def test_undo_turns_undoes_the_last_turns_checkpointed_as_the_hook_does(
     proxy, tasks_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -177,15 +177,20 @@ def _wants_hooks(args: argparse.Namespace, sources: list[Source], changes: Chang
 
 
 def _hooked(path: Path) -> Changes:
-    """The settings file with the turn hook added, unless it has it already."""
-    if backup_of(path).exists():
-        raise CompensatorError(
-            f"{path} has the hook already (its backup {backup_of(path)} exists): run "
-            "`compensator unwire` first"
-        )
+    """The settings file with the turn hook added, unless it has it already. A backup from
+    an earlier `wire --hooks` beside a file without the hook (taken out by hand) is the
+    person's to keep or drop: wire stops rather than write over it."""
     old = _bytes_of(path)
     new = with_turn_hook(old.decode("utf-8"), path).encode("utf-8")
-    return {} if new == old else {path: (old, new)}
+    if new == old:
+        return {}
+    if backup_of(path).exists():
+        raise CompensatorError(
+            f"{path} has no turn hook, but the backup {backup_of(path)} from an earlier "
+            "`compensator wire --hooks` is still there (was the hook taken out by hand?): "
+            "look at it, delete it, and run wire again"
+        )
+    return {path: (old, new)}
 
 
 def _unhooked(path: Path) -> Changes:
@@ -199,7 +204,10 @@ def _unhooked(path: Path) -> Changes:
         return {}
     old = path.read_bytes()
     new = without_turn_hook(old.decode("utf-8"), backup.read_bytes(), path)
-    return {} if new == old else {path: (old, new)}
+    if new == old:
+        print(f"note: {path} has no turn hook to take out; its backup {backup} is left for you")
+        return {}
+    return {path: (old, new)}
 
 
 def _registry_servers(config: Path) -> tuple[set[str], set[str]]:

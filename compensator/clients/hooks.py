@@ -79,9 +79,12 @@ def with_turn_hook(text: str, path: Path) -> str:
 def without_turn_hook(text: str, backup: bytes, path: Path) -> bytes | None:
     """The file's bytes with the turn hook taken out: the backup's bytes when that leaves
     what the backup holds (None when the backup is empty: there was no file, so none is
-    left), else the rest of the file with what changed since kept."""
+    left), else the rest of the file with what changed since kept. A file without the hook
+    (taken out by hand) is left as it is, byte for byte."""
     settings = _settings(text, path)
     hooks = settings.get("hooks", {})
+    if not any(_is_turn_hook(h) for g in hooks.get(EVENT, []) for h in _handlers(g)):
+        return text.encode("utf-8")
     kept = []
     for group in hooks.get(EVENT, []):
         handlers = _handlers(group)
