@@ -20,6 +20,7 @@ from .conftest import third_party_servers
 
 pytestmark = pytest.mark.anyio
 
+SERVERS = Path(__file__).resolve().parent / "servers"
 INSPECTOR = "npm/node_modules/@modelcontextprotocol/inspector/package.json"
 
 
@@ -61,6 +62,43 @@ async def test_the_client_sees_why_in_instructions_a_log_message_and_every_answe
             assert any(sentence in str(data) for data in logs), logs
     assert sentence in (tmp_path / "stderr.log").read_text()  # and stderr has it, as before
     assert not (tmp_path / "journal.db").exists()
+
+
+def running_with(marker: str) -> list[int]:
+    """The processes whose command line has `marker` in it (Linux: /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_text(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return found
+
+
+async def test_a_journal_that_cannot_open_stops_the_servers_while_the_client_stays(
+    tmp_path: Path,
+):
+    # serve starts its servers' processes first; when the journal then refuses, nothing
+    # will use them, so they stop rather than run for as long as the client stays.
+    marker = f"--unused-marker-{tmp_path.name}"
+    config = tmp_path / "compensators.yaml"
+    config.write_text(
+        "servers:\n  flaky:\n"
+        f'    command: "${{COMPENSATOR_PYTHON}}"\n'
+        f'    args: ["{SERVERS / "flaky_server.py"}", "{marker}"]\n'
+        f'    env: {{FLAKY_DIR: "{tmp_path / "flaky"}"}}\n',
+        encoding="utf-8",
+    )
+    journal = tmp_path / "journal.db"
+    journal.write_bytes(b"not a SQLite database, " * 64)
+    with (tmp_path / "stderr.log").open("w") as stderr:
+        async with launch_proxy(config, journal, stderr=stderr) as client:
+            assert client.instructions is not None
+            assert "compensator could not start" in client.instructions
+            assert (tmp_path / "flaky" / "starts.log").exists()  # it was started, early
+            assert running_with(marker) == []
+    assert journal.read_bytes() == b"not a SQLite database, " * 64
 
 
 def test_without_a_client_it_exits_at_once_with_2(tmp_path: Path):

@@ -39,6 +39,7 @@ async def serve(
     try:
         journal = open_journal(db, fsync=options.fsync, agent=options.agent, scope=scope)
     except JournalError as exc:
+        await started.stop()  # nothing will use them, however long the client stays
         await refuse(exc, options)
     log.info(
         "journal: %s, session: %s, agent: %s%s",
