@@ -53,10 +53,10 @@ def call_outcome(
 ) -> CallOutcome:
     """Parse a result and decide whether the call worked (isError, then `error_when`)."""
     structured, content, is_error = sdk.result_parts(result)
-    value = parse_result(structured, content)
+    policy = registry.policy(name)
+    value = parse_result(structured, content, plain_text=policy is not None and policy.plain_text)
     if is_error:
         return CallOutcome(ok=False, value=value, error=result_text(content) or "isError")
-    policy = registry.policy(name)
     failed = policy.error_when if policy is not None else None
     # A condition that cannot be evaluated counts the call as done, so it stays undoable.
     context = {"result": value, "args": dict(arguments)}

@@ -53,6 +53,7 @@ POLICY = (
     "test",
     "verify",
     "idempotent",
+    "plain_text",
     "redact",
     "approve",
     "approve_when",

@@ -99,6 +99,9 @@ class ToolPolicy:
     the tool's snapshot_tool and snapshot_args; None when verify is off."""
     verify_args: Template | None = None
     idempotent: bool = False
+    plain_text: bool = False
+    """The tool answers in plain text: its result (as `result`, a `snapshot`, a state probe's
+    value) is the text as sent, never read as JSON ("1.50" stays "1.50", not 1.5)."""
     redact: tuple[RedactPath, ...] = ()
     approve: bool | None = None
     """`approve:` true asks the person before every call, false never; None: not written, so

@@ -60,6 +60,7 @@ def _policy(r: Reader, name: str, raw: Any, key: str, defaults: Defaults) -> Too
         verify_tool=verify_tool,
         verify_args=verify_args,
         idempotent=r.flag(raw, "idempotent", key),
+        plain_text=r.flag(raw, "plain_text", key),
         redact=_redactions(r, raw.get("redact", []), f"{key}.redact"),
         approve=r.optional(raw, "approve", key, lambda v, k: r.expect(v, bool, k)),
         approve_when=r.optional(raw, "approve_when", key, r.condition),

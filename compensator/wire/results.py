@@ -9,8 +9,13 @@ from typing import Any
 __all__ = ["parse_result", "result_text"]
 
 
-def parse_result(structured: Any, content: Sequence[Mapping[str, Any]] | None) -> Any:
-    """`structured` if given; else the text blocks parsed as JSON, else as a string, else None."""
+def parse_result(
+    structured: Any, content: Sequence[Mapping[str, Any]] | None, *, plain_text: bool = False
+) -> Any:
+    """`structured` if given; else the text blocks parsed as JSON, else as a string, else None.
+    With `plain_text` (a registry's `plain_text: true`), the text blocks joined, as sent."""
+    if plain_text:
+        return result_text(content)
     if structured is not None:
         return structured
     texts = _texts(content)
