@@ -55,9 +55,10 @@ class ProxyClient:
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> ToolReply:
         result = await sdk.call_tool_raw(self.session, name, dict(arguments or {}))
         structured, content, is_error = sdk.result_parts(result)
+        policy = self.registry.policy(name) if self.registry is not None else None
         return ToolReply(
             is_error=is_error,
-            value=parse_result(structured, content),
+            value=parse_result(structured, content, plain_text=bool(policy and policy.plain_text)),
             text=result_text(content),
             raw=result,
         )
