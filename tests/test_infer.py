@@ -176,6 +176,28 @@ def test_a_failure_that_comes_and_goes_rejects_the_candidate_as_unreliable(
     assert "unreliable after" in config.read_text() and "    unreliable: " in run.stderr
 
 
+@pytest.mark.thorough  # about 40 s
+def test_a_delete_of_nothing_is_never_proven_a_read(tmp_path: Path) -> None:
+    # Alone (no tool that makes keys proven), pre-states are empty and every delete works
+    # and changes nothing: by experiment alone it would pass for a read.
+    config = tmp_path / "kv.yaml"
+    config.write_text(
+        "servers:\n"
+        "  kv:\n"
+        '    command: "${COMPENSATOR_PYTHON}"\n'
+        f'    args: ["{SERVERS / "textkv_server.py"}"]\n'
+        '    env: {TEXTKV_FILE: "${COMPENSATOR_WORKDIR}/kv.json"}\n'
+        "state:\n"
+        "  - tool: kv__dump\n"
+        "    select: store\n"
+    )
+    run = infer(config, "--tool", "kv__delete", "--seed", SEED, "--examples", "10", "--json")
+    delete = summary(run)["tools"]["kv__delete"]
+    assert delete["status"] == "unclassified" and delete["entry"] is None
+    assert all(not a["candidate"].startswith("read") for a in delete["attempts"])
+    assert "kv__delete" not in written_entries(config)
+
+
 def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path) -> None:
     config = tmp_path / "tasks.yaml"
     config.write_text(SERVERS_STATE_RESET.split("\nstate:")[0] + "\n")

@@ -29,6 +29,7 @@ __all__ = [
     "compensable_entry",
     "failed_in_band",
     "in_band_failure",
+    "looks_changing",
     "looks_creating",
     "looks_read",
     "opposite_tools",
@@ -80,6 +81,16 @@ CREATE_VERBS = frozenset(
         "post",
     ]
 )
+CHANGE_VERBS = CREATE_VERBS | frozenset(
+    [
+        "delete", "remove", "drop", "destroy", "clear", "purge", "reset", "erase", "unset",
+        "set", "update", "edit", "modify", "patch", "replace", "save", "move", "rename",
+        "merge", "commit", "push", "apply", "close", "archive", "complete", "toggle",
+    ]
+)  # fmt: skip
+"""Verbs of names that say the tool changes something: never proven `read` by experiment
+alone. A delete of what is not there changes nothing, so calls on the pre-states infer can
+build (empty ones, while no maker is proven) would 'prove' any delete a read."""
 RESTORE_VERBS = ("set", "update", "restore", "write", "put", "replace", "save", "edit")
 """Verbs of the tools tried for writing a snapshot back, in this order (after the tool
 itself)."""
@@ -169,6 +180,11 @@ class Candidate:
 def looks_read(tool: ToolInfo) -> bool:
     found = words(tool.short)
     return bool(found) and found[0] in READ_VERBS
+
+
+def looks_changing(tool: ToolInfo) -> bool:
+    found = words(tool.short)
+    return bool(found) and found[0] in CHANGE_VERBS
 
 
 def looks_creating(tool: ToolInfo) -> bool:

@@ -25,6 +25,7 @@ from .candidates import (
     Samples,
     ToolInfo,
     compensable_candidates,
+    looks_changing,
     looks_creating,
     looks_read,
     read_candidate,
@@ -377,8 +378,8 @@ class Inference:
             tool, outcome = self.tools[name], self.report.outcomes[name]
             if outcome.status == "proven" or tool.destructive:
                 continue
-            if tool.read_only or looks_read(tool) or looks_creating(tool):
-                continue  # tried first already, or named for what it makes
+            if tool.read_only or looks_read(tool) or looks_changing(tool):
+                continue  # tried first already, or named for what it changes
             reason = outcome.reason
             if not self._try(name, [read_candidate(tool, experiment=True)]):
                 outcome.reason = reason or "no candidate survived"
