@@ -24,6 +24,7 @@ ENV = {
     "COMPENSATOR_SERVERS": "/opt/servers",
     "COMPENSATOR_WORKDIR": "/work/dir",
     "COMPENSATOR_POSTGRES_URL": "postgresql:///x",
+    "COMPENSATOR_PYTHON": "/usr/bin/python3",
 }
 
 TASKS = """\
@@ -245,5 +246,5 @@ def test_a_registry_of_one_include_passes_the_plugin_from_an_empty_folder(
     out = result.stdout.str()
     assert "left out: git_commit (irreversible)" in out
     for tool in ("git_add", "git_reset", "git_checkout"):  # the included entries were proven
-        row = re.search(rf"^{tool} +\d+ +\d+ +\d+ +(\d+) +0$", out, re.M)
+        row = re.search(rf"^{tool} +\d+ +\d+ +\d+ +(\d+) +0 +\d+/\d+$", out, re.M)
         assert row is not None and int(row[1]) > 0, out

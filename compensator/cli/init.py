@@ -227,7 +227,8 @@ no secret is written to this file: export them to run `compensator check`; `comp
 wire` passes them to the proxy from the clients' own configuration. Other values are written
 as they are. Data paths (a database file, a data folder) are
 written as ${COMPENSATOR_WORKDIR:-yours}: the proxy uses yours, while `pytest
---compensator-config` and `compensator infer` work in a temporary folder of their own."""
+--compensator-config` and `compensator infer` work in a temporary folder of their own. A
+Redis server starts through compensator.scratch, which gives those a scratch Redis."""
 
 
 _NO_BUILTIN = """\

@@ -35,6 +35,7 @@ __all__ = [
 SHIPPED = {
     "filesystem.yaml": "@modelcontextprotocol/server-filesystem",
     "memory.yaml": "@modelcontextprotocol/server-memory",
+    "redis.yaml": "@modelcontextprotocol/server-redis",
     "sqlite.yaml": "mcp-server-sqlite",
 }
 """The registries in compensator/registries/ and the package each one is for."""
@@ -233,10 +234,13 @@ def _server_lines(
     if server.url is not None:
         out = [f"  url: {text(server.url)}"]
         return out + ([f"  headers: {mapping(server.headers)}"] if server.headers else [])
-    out = [f"  command: {text(server.command or '')}"]
-    if server.args:
-        args = [_references(a, server.source.client, project, home) for a in server.args]
-        args = _workdir(matching_registry(server), args)
+    command = _references(server.command or "", server.source.client, project, home)
+    args = [_references(a, server.source.client, project, home) for a in server.args]
+    args = _workdir(matching_registry(server), args)
+    if matching_registry(server) in SCRATCH:
+        command, args = _through_scratch(SCRATCH[matching_registry(server) or ""], command, args)
+    out = [f"  command: {json.dumps(command)}"]
+    if args:
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
     values = dict(server.env)
     if matching_registry(server) == "memory.yaml" and "MEMORY_FILE_PATH" not in values:
@@ -248,6 +252,19 @@ def _server_lines(
     if server.cwd:
         out.append(f"  cwd: {text(server.cwd)}")
     return out
+
+
+SCRATCH = {"redis.yaml": "redis"}
+"""The shipped registries for servers whose data is behind a service (a URL, not a path):
+test runs give them a scratch one (compensator/scratch.py)."""
+
+
+def _through_scratch(service: str, command: str, args: list[str]) -> tuple[str, list[str]]:
+    """The server started through `python -m compensator.scratch`: as it is for the proxy a
+    client starts (on your service), on a new scratch service when COMPENSATOR_WORKDIR is
+    set (the pytest plugin, `compensator infer`)."""
+    wrapper = ["-m", "compensator.scratch", service, "${COMPENSATOR_WORKDIR:-}", "--"]
+    return "${COMPENSATOR_PYTHON}", [*wrapper, command, *args]
 
 
 def _workdir(shipped: str | None, args: list[str]) -> list[str]:

@@ -1,0 +1,174 @@
+"""`python -m compensator.scratch redis WORKDIR -- COMMAND [ARG...]`: run a server against a
+scratch service in test runs, and against yours otherwise.
+
+A server whose data lives behind a network service (here Redis, named by a `redis://` URL)
+cannot be pointed into `${COMPENSATOR_WORKDIR}` the way a data file can. A registry starts such
+a server through this module, with `"${COMPENSATOR_WORKDIR:-}"` as WORKDIR:
+
+- empty (the proxy a client starts): COMMAND runs as it is, on your service;
+- a folder (the pytest plugin, `compensator infer`): a new `redis-server` listens on a free
+  loopback port with its files in that folder and nothing saved, every `redis://` or
+  `rediss://` argument of COMMAND becomes its URL (one is added at the end when there is
+  none), and the server is stopped when COMMAND ends. So no test run reaches your data.
+
+COMMAND gets this process's stdin, stdout and stderr. The exit code is COMMAND's, or 2 when
+the scratch service cannot start (the reason on stderr, which the proxy passes on).
+
+Imports the standard library only: it is the first thing of every start of such a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["main", "scratch_redis", "with_url"]
+
+USAGE = "usage: python -m compensator.scratch redis WORKDIR -- COMMAND [ARG...]"
+
+READY_WITHIN = 20.0
+"""Seconds a scratch redis-server gets to answer PING; a busy CI machine needs a few."""
+
+_REDIS_URL = re.compile(r"^rediss?://", re.IGNORECASE)
+
+
+class ScratchFailed(Exception):
+    """The scratch service could not start; the message says why and what to do."""
+
+
+def with_url(command: Sequence[str], url: str) -> list[str]:
+    """COMMAND with every Redis URL argument replaced by `url`, or `url` added at the end."""
+    out = [url if _REDIS_URL.match(arg) else arg for arg in command]
+    return out if url in out[1:] else [*out, url]
+
+
+@contextlib.contextmanager
+def scratch_redis(workdir: Path) -> Iterator[str]:
+    """A redis-server of its own in `workdir` (nothing persisted), as its URL, stopped after."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ScratchFailed(
+            "compensator.scratch: redis-server is not installed, so there is no scratch Redis "
+            "for this test run (it never uses yours). Install it (Debian: apt-get install "
+            "redis-server) and run again."
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "redis-server.log"
+    for _ in range(3):  # a free port can be taken between asking and binding: try another
+        port = _free_port()
+        server = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+             "--appendonly", "no", "--dir", str(workdir), "--logfile", str(log),
+             "--daemonize", "no"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            if _answers(port, server):
+                yield f"redis://127.0.0.1:{port}"
+                return
+        finally:
+            _stop(server)
+    tail = log.read_text(errors="replace")[-800:] if log.exists() else "(no log)"
+    raise ScratchFailed(f"compensator.scratch: redis-server did not start; its log ends:\n{tail}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _answers(port: int, server: subprocess.Popen[bytes]) -> bool:
+    """Whether the server answers PING within READY_WITHIN seconds (False once it exited).
+    Polled: a starting process has no event to wait on but its port."""
+    deadline = time.monotonic() + READY_WITHIN
+    while time.monotonic() < deadline and server.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as s:
+            s.sendall(b"PING\r\n")
+            if s.recv(16).startswith(b"+PONG"):
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    if server.poll() is None:
+        server.terminate()
+        try:
+            server.wait(5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _run(command: Sequence[str]) -> int:
+    """COMMAND as a child with our stdout and stderr; our stdin is relayed to it, and a SIGTERM
+    or SIGINT we get is passed on. Once our stdin ends, the child gets STOP_GRACE seconds to
+    exit, then SIGTERM: a server that outlives its stdin (server-redis keeps its Redis
+    connection open) would otherwise run on, with its scratch service, after the proxy ended
+    (the proxy's own SIGTERM to the group may never come: its client can stop it first)."""
+    child = subprocess.Popen(list(command), stdin=subprocess.PIPE)
+
+    def forward(number: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(number)
+
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, forward)
+    threading.Thread(target=_relay_stdin, args=(child,), daemon=True).start()
+    return child.wait()
+
+
+STOP_GRACE = 1.0
+"""Seconds COMMAND gets to exit once its stdin ended: less than the proxy's own grace (2 s),
+so that the proxy sees it go before it gives up on the group."""
+
+
+def _relay_stdin(child: subprocess.Popen[bytes]) -> None:
+    assert child.stdin is not None
+    with contextlib.suppress(OSError, ValueError):  # the child went: nothing left to tell it
+        while chunk := os.read(0, 1 << 16):
+            child.stdin.write(chunk)
+            child.stdin.flush()
+    with contextlib.suppress(OSError, ValueError):
+        child.stdin.close()
+    try:
+        child.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            child.terminate()
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) < 4 or argv[0] != "redis" or argv[2] != "--":
+        print(USAGE, file=sys.stderr)
+        return 2
+    workdir, command = argv[1], list(argv[3:])
+    if not workdir:
+        os.execvp(command[0], command)  # yours: nothing to set up, nothing to wait for
+    try:
+        with scratch_redis(Path(workdir)) as url:
+            return _run(with_url(command, url))
+    except ScratchFailed as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"compensator.scratch: cannot run {command[0]!r}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

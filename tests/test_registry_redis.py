@@ -1,0 +1,179 @@
+"""examples/registries/redis.yaml against the real @modelcontextprotocol/server-redis and a
+real redis-server; test runs get scratch ones through compensator/scratch.py and never touch
+the Redis a client's configuration names."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compensator.scratch import scratch_redis, with_url
+
+from .conftest import REGISTRIES, third_party_servers
+from .test_plugin import caught_undoing, run_quick
+from .test_unavailable import running_with
+
+REGISTRY = REGISTRIES / "redis.yaml"
+SERVER_JS = "npm/node_modules/@modelcontextprotocol/server-redis/dist/index.js"
+SHIPPED_URL = "redis://127.0.0.1:6379"
+
+# set's second inverse step: a key that was new is deleted again.
+DELETE_STEP = "      - tool: redis__delete\n"
+
+
+@pytest.fixture
+def servers(monkeypatch: pytest.MonkeyPatch) -> Path:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    root = third_party_servers(SERVER_JS, node=True)
+    monkeypatch.setenv("COMPENSATOR_SERVERS", str(root))
+    return root
+
+
+@pytest.fixture
+def yours(servers: Path, tmp_path: Path) -> Iterator[str]:
+    """A Redis standing for the person's own: its URL."""
+    with scratch_redis(tmp_path / "yours") as url:
+        yield url
+
+
+def redis(url: str, *command: str) -> str:
+    done = subprocess.run(
+        ["redis-cli", "-u", url, "--raw", *command], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def contents(url: str) -> dict[str, str]:
+    keys = sorted(key for key in redis(url, "KEYS", "*").splitlines() if key)
+    return {key: redis(url, "GET", key).removesuffix("\n") for key in keys}
+
+
+def test_a_redis_url_is_replaced_or_added() -> None:
+    url = "redis://127.0.0.1:5"
+    assert with_url(["node", "x.js", "redis://:pw@host:6379/2"], url) == ["node", "x.js", url]
+    assert with_url(["npx", "-y", "@modelcontextprotocol/server-redis"], url)[-1] == url
+    assert with_url(["node", "x.js", "REDISS://h"], url) == ["node", "x.js", url]
+
+
+@pytest.mark.anyio
+async def test_undo_puts_back_exact_values_on_your_redis(proxy, yours: str, tmp_path: Path):
+    # Without COMPENSATOR_WORKDIR (the proxy a client starts), the server works on yours.
+    config = tmp_path / "redis.yaml"
+    config.write_text(REGISTRY.read_text().replace(SHIPPED_URL, yours))
+    redis(yours, "SET", "a", "1.50")
+    redis(yours, "SET", "b", "true")
+    async with proxy(config) as client:
+        checkpoint = await client.checkpoint()
+        await client.call_ok("redis__set", {"key": "a", "value": "2"})
+        await client.call_ok("redis__set", {"key": "c", "value": "new"})
+        await client.call_ok("redis__delete", {"key": "b"})
+        assert contents(yours) == {"a": "2", "c": "new"}
+        report = await client.undo_to(checkpoint)
+        assert report["skipped"] == [] and len(report["undone"]) == 3
+        assert contents(yours) == {"a": "1.50", "b": "true"}
+
+        checkpoint = await client.checkpoint()
+        await client.call_ok("redis__delete", {"key": ["a", "b"]})
+        report = await client.undo_to(checkpoint)
+    [skipped] = report["skipped"]
+    assert "cannot undo delete of several keys at once" in skipped["reason"]
+    assert contents(yours) == {}
+
+
+@pytest.mark.thorough
+def test_redis_registry_passes(pytester: pytest.Pytester, servers: Path):
+    result = run_quick(pytester, REGISTRY, "--compensator-examples", "10")
+    result.assert_outcomes(passed=4)  # load, two round trips, the state machine
+
+
+@pytest.mark.thorough
+def test_redis_registry_without_the_delete_step_fails_naming_the_tool(
+    pytester: pytest.Pytester, servers: Path
+):
+    text = REGISTRY.read_text()
+    assert text.count(DELETE_STEP) == 1
+    broken = pytester.path / "redis_no_delete.yaml"
+    broken.write_text(text.replace(DELETE_STEP, "      - tool: redis__get\n"))  # reads instead
+    out = caught_undoing(pytester, broken, "redis__set")
+    assert "tools undone: redis__set" in out
+
+
+def test_init_then_the_plugin_never_touch_your_redis(
+    pytester: pytest.Pytester, servers: Path, yours: str
+):
+    redis(yours, "SET", "a", "mine")
+    project = pytester.path
+    entry = {"command": "node", "args": [str(servers / SERVER_JS), yours]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"redis": entry}}))
+    made = subprocess.run(
+        [sys.executable, "-m", "compensator", "init"],
+        capture_output=True, text=True, cwd=project, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    registry = (project / "compensators.yaml").read_text()
+    assert '"compensator.scratch", "redis", "${COMPENSATOR_WORKDIR:-}", "--", "node"' in registry
+    assert "policies from redis.yaml" in made.stdout
+    result = run_quick(
+        pytester, project / "compensators.yaml", "--compensator-examples", "5",
+        "--compensator-min-verified", "0",
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    assert contents(yours) == {"a": "mine"}  # hundreds of calls, none on yours
+
+
+@pytest.mark.anyio
+async def test_the_scratch_redis_ends_with_the_proxy(proxy, servers: Path, tmp_path: Path):
+    workdir = tmp_path / "work"
+    async with proxy(REGISTRY, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        await client.call_ok("redis__set", {"key": "a", "value": "1"})
+        # The wrapper's command names the folder; it leads the group the proxy started.
+        [wrapper] = running_with(str(workdir))
+        commands = group(wrapper)
+        assert len(commands) == 3, commands  # the wrapper, node, redis-server
+        [node] = [command for command in commands if command.startswith("node ")]
+        url = node.split()[-1]
+        assert url.startswith("redis://127.0.0.1:") and url != SHIPPED_URL
+        assert contents(url) == {"a": "1"}
+    # The server outlives its stdin (it keeps its Redis connection): the wrapper stops it,
+    # then its redis-server, after the proxy has gone. Wait for the group to empty.
+    deadline = time.monotonic() + 30
+    while group(wrapper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group(wrapper) == []
+
+
+def group(leader: int) -> list[str]:
+    """The command lines of the processes in process group `leader` (Linux: /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == leader and fields[0] != "Z":
+            found.append(" ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p))
+    return found
+
+
+def test_without_redis_server_a_test_run_says_so(tmp_path: Path):
+    # A run that cannot have a scratch Redis stops with the reason; it never falls back on
+    # the URL in the command (yours).
+    env = {**os.environ, "PATH": "/nonexistent"}
+    done = subprocess.run(
+        [sys.executable, "-m", "compensator.scratch", "redis", str(tmp_path), "--", "true"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "redis-server is not installed" in done.stderr
