@@ -7,12 +7,13 @@ a server through this module, with `"${COMPENSATOR_WORKDIR:-}"` as WORKDIR:
 
 - empty (the proxy a client starts): COMMAND runs as it is, on your service;
 - a folder (the pytest plugin, `compensator infer`): a new `redis-server` listens on a free
-  loopback port with its files in that folder and nothing saved, every `redis://` or
-  `rediss://` argument of COMMAND becomes its URL (one is added at the end when there is
+  loopback port (its files in a private temporary folder, nothing saved), every `redis://`
+  or `rediss://` argument of COMMAND becomes its URL (one is added at the end when there is
   none), and the server is stopped when COMMAND ends. So no test run reaches your data.
 
-COMMAND gets this process's stdin, stdout and stderr. The exit code is COMMAND's, or 2 when
-the scratch service cannot start (the reason on stderr, which the proxy passes on).
+COMMAND gets this process's stdout and stderr, and its stdin through us. The exit code is
+COMMAND's (128 + the signal's number when one ended it), or 2 when the scratch service or
+COMMAND cannot start (the reason on stderr, which the proxy passes on).
 
 Imports the standard library only: it is the first thing of every start of such a server.
 """
@@ -27,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -54,7 +56,9 @@ def with_url(command: Sequence[str], url: str) -> list[str]:
 
 @contextlib.contextmanager
 def scratch_redis(workdir: Path) -> Iterator[str]:
-    """A redis-server of its own in `workdir` (nothing persisted), as its URL, stopped after."""
+    """A redis-server of its own (nothing persisted), as its URL, stopped after. Its folder
+    and log are private, not in `workdir`, where another server of the registry may list
+    files (the filesystem server serves ${COMPENSATOR_WORKDIR})."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ScratchFailed(
@@ -63,24 +67,25 @@ def scratch_redis(workdir: Path) -> Iterator[str]:
             "redis-server) and run again."
         )
     workdir.mkdir(parents=True, exist_ok=True)
-    log = workdir / "redis-server.log"
-    for _ in range(3):  # a free port can be taken between asking and binding: try another
-        port = _free_port()
-        server = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-             "--appendonly", "no", "--dir", str(workdir), "--logfile", str(log),
-             "--daemonize", "no"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            if _answers(port, server):
-                yield f"redis://127.0.0.1:{port}"
-                return
-        finally:
-            _stop(server)
-    tail = log.read_text(errors="replace")[-800:] if log.exists() else "(no log)"
+    with tempfile.TemporaryDirectory(prefix="compensator-scratch-redis-") as private:
+        log = Path(private) / "redis-server.log"
+        for _ in range(3):  # a free port can be taken between asking and binding: try another
+            port = _free_port()
+            server = subprocess.Popen(
+                [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                 "--appendonly", "no", "--dir", private, "--logfile", str(log),
+                 "--daemonize", "no"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                if _answers(port, server):
+                    yield f"redis://127.0.0.1:{port}"
+                    return
+            finally:
+                _stop(server)
+        tail = log.read_text(errors="replace")[-800:] if log.exists() else "(no log)"
     raise ScratchFailed(f"compensator.scratch: redis-server did not start; its log ends:\n{tail}")
 
 
@@ -92,16 +97,39 @@ def _free_port() -> int:
 
 
 def _answers(port: int, server: subprocess.Popen[bytes]) -> bool:
-    """Whether the server answers PING within READY_WITHIN seconds (False once it exited).
-    Polled: a starting process has no event to wait on but its port."""
+    """Whether our server answers on `port` within READY_WITHIN seconds (False once it
+    exited). Another process that took the port meanwhile may answer too: the answer must
+    carry our server's pid, or the run would write into someone else's Redis. Polled: a
+    starting process has no event to wait on but its port."""
     deadline = time.monotonic() + READY_WITHIN
     while time.monotonic() < deadline and server.poll() is None:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1) as s:
-            s.sendall(b"PING\r\n")
-            if s.recv(16).startswith(b"+PONG"):
-                return True
+            s.sendall(b"INFO server\r\n")
+            pid = _info_pid(s)
+            if pid is not None:
+                return pid == server.pid
         time.sleep(0.02)
     return False
+
+
+def _info_pid(connection: socket.socket) -> int | None:
+    """The `process_id` of an INFO answer (None when the server is still loading)."""
+    answer = b""
+    while b"\r\n" not in answer or len(answer) < _bulk_length(answer):
+        chunk = connection.recv(1 << 14)
+        if not chunk:
+            break
+        answer += chunk
+    found = re.search(rb"process_id:(\d+)", answer)
+    return int(found.group(1)) if found else None
+
+
+def _bulk_length(answer: bytes) -> int:
+    """How long a RESP bulk string answer (`$N\r\n...\r\n`) is in all; 0 for any other."""
+    head, _, _ = answer.partition(b"\r\n")
+    if not head.startswith(b"$") or not head[1:].isdigit():
+        return 0
+    return len(head) + 2 + int(head[1:]) + 2
 
 
 def _stop(server: subprocess.Popen[bytes]) -> None:
@@ -152,20 +180,28 @@ def _relay_stdin(child: subprocess.Popen[bytes]) -> None:
             child.terminate()
 
 
+def _stopped(number: int, _frame: object) -> None:
+    """A SIGTERM or SIGINT before COMMAND runs: unwind, so the scratch service stops too."""
+    raise SystemExit(128 + number)
+
+
 def main(argv: Sequence[str]) -> int:
     if len(argv) < 4 or argv[0] != "redis" or argv[2] != "--":
         print(USAGE, file=sys.stderr)
         return 2
     workdir, command = argv[1], list(argv[3:])
-    if not workdir:
-        os.execvp(command[0], command)  # yours: nothing to set up, nothing to wait for
     try:
+        if not workdir:
+            os.execvp(command[0], command)  # yours: nothing to set up, nothing to wait for
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, _stopped)
         with scratch_redis(Path(workdir)) as url:
-            return _run(with_url(command, url))
+            code = _run(with_url(command, url))
+            return 128 - code if code < 0 else code  # killed by a signal: 128 + its number
     except ScratchFailed as exc:
         print(exc, file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
+    except OSError as exc:
         print(f"compensator.scratch: cannot run {command[0]!r}: {exc}", file=sys.stderr)
         return 2
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from compensator import scratch
 from compensator.scratch import scratch_redis, with_url
 
 from .conftest import REGISTRIES, third_party_servers
@@ -165,6 +166,20 @@ def group(leader: int) -> list[str]:
         if int(fields[2]) == leader and fields[0] != "Z":
             found.append(" ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p))
     return found
+
+
+def test_a_port_another_redis_took_is_never_used(
+    yours: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # The free port handed out is taken before our redis-server binds it (here: always, by
+    # yours). Its PONG must not pass for our server's: the run would write into yours.
+    taken = int(yours.rsplit(":", 1)[1])
+    monkeypatch.setattr(scratch, "_free_port", lambda: taken)
+    with (
+        pytest.raises(scratch.ScratchFailed, match="did not start"),
+        scratch_redis(tmp_path / "work"),
+    ):
+        pytest.fail("a scratch Redis on a port another server holds")
 
 
 def test_without_redis_server_a_test_run_says_so(tmp_path: Path):

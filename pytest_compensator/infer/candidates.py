@@ -88,9 +88,10 @@ CHANGE_VERBS = CREATE_VERBS | frozenset(
         "merge", "commit", "push", "apply", "close", "archive", "complete", "toggle",
     ]
 )  # fmt: skip
-"""Verbs of names that say the tool changes something: never proven `read` by experiment
-alone. A delete of what is not there changes nothing, so calls on the pre-states infer can
-build (empty ones, while no maker is proven) would 'prove' any delete a read."""
+"""Verbs of names that say the tool changes something (as any word of the name): never
+proven `read` by experiment alone. A delete of what is not there changes nothing, so calls
+on the pre-states infer can build (empty ones, while no maker is proven) would 'prove' any
+delete a read."""
 RESTORE_VERBS = ("set", "update", "restore", "write", "put", "replace", "save", "edit")
 """Verbs of the tools tried for writing a snapshot back, in this order (after the tool
 itself)."""
@@ -183,8 +184,8 @@ def looks_read(tool: ToolInfo) -> bool:
 
 
 def looks_changing(tool: ToolInfo) -> bool:
-    found = words(tool.short)
-    return bool(found) and found[0] in CHANGE_VERBS
+    """Any word of the name (`redis_delete`, `kv_set` name their server first)."""
+    return any(word in CHANGE_VERBS for word in words(tool.short))
 
 
 def looks_creating(tool: ToolInfo) -> bool:
