@@ -41,6 +41,32 @@ def third_party_servers(*needed: str, node: bool = False) -> Path:
     return root
 
 
+@dataclass(frozen=True)
+class Running:
+    """A process as /proc shows it (Linux)."""
+
+    pid: int
+    state: str  # the letter of /proc/PID/stat: R, S, Z (ended, not reaped)...
+    group: int  # its process group
+    command: str  # its arguments, joined by spaces
+
+
+def processes() -> list[Running]:
+    """Every process this user can see now; one that ends while read is left out."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        command = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+        found.append(Running(int(entry.name), fields[0], int(fields[2]), command))
+    return found
+
+
 def use_third_party_servers(monkeypatch: pytest.MonkeyPatch, *needed: str) -> Path:
     """`third_party_servers(*needed)`, exported as COMPENSATOR_SERVERS for the registries."""
     root = third_party_servers(*needed)

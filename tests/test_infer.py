@@ -16,9 +16,8 @@ import yaml
 from compensator.registry import load_registry
 from pytest_compensator.harness import example_environment
 
-from .conftest import EXAMPLES, REGISTRIES, third_party_servers
+from .conftest import EXAMPLES, REGISTRIES, SERVERS, third_party_servers
 
-SERVERS = Path(__file__).resolve().parent / "servers"
 FS_SERVER = "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
 SEED = "7"

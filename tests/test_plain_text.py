@@ -12,11 +12,12 @@ import pytest
 from compensator.errors import RegistryError
 from compensator.registry import load_registry
 
+from .conftest import SERVERS
 from .test_plugin import run_quick
 
 pytestmark = pytest.mark.anyio
 
-SERVER = Path(__file__).resolve().parent / "servers" / "textkv_server.py"
+SERVER = SERVERS / "textkv_server.py"
 VALUES = ["1.50", "1.5", "true", " 7", "[1,  2]", "x"]
 
 

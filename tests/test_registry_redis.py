@@ -18,7 +18,7 @@ import pytest
 from compensator import scratch
 from compensator.scratch import scratch_redis, with_url
 
-from .conftest import REGISTRIES, third_party_servers
+from .conftest import REGISTRIES, processes, third_party_servers
 from .test_plugin import caught_undoing, run_quick
 from .test_unavailable import running_with
 
@@ -153,19 +153,8 @@ async def test_the_scratch_redis_ends_with_the_proxy(proxy, servers: Path, tmp_p
 
 
 def group(leader: int) -> list[str]:
-    """The command lines of the processes in process group `leader` (Linux: /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            raw = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue  # ended meanwhile
-        if int(fields[2]) == leader and fields[0] != "Z":
-            found.append(" ".join(p.decode(errors="replace") for p in raw.split(b"\0") if p))
-    return found
+    """The command lines of the live processes in process group `leader`."""
+    return [p.command for p in processes() if p.group == leader and p.state != "Z"]
 
 
 def test_a_port_another_redis_took_is_never_used(

@@ -16,11 +16,10 @@ import pytest
 from compensator.wire import sdk
 from pytest_compensator.client import launch_proxy, proxy_parameters
 
-from .conftest import third_party_servers
+from .conftest import SERVERS, processes, third_party_servers
 
 pytestmark = pytest.mark.anyio
 
-SERVERS = Path(__file__).resolve().parent / "servers"
 INSPECTOR = "npm/node_modules/@modelcontextprotocol/inspector/package.json"
 
 
@@ -65,15 +64,8 @@ async def test_the_client_sees_why_in_instructions_a_log_message_and_every_answe
 
 
 def running_with(marker: str) -> list[int]:
-    """The processes whose command line has `marker` in it (Linux: /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (entry / "cmdline").read_text(errors="replace"):
-                found.append(int(entry.name))
-        except OSError:
-            continue  # ended meanwhile, or not ours to read
-    return found
+    """The processes whose command line has `marker` in it."""
+    return [p.pid for p in processes() if marker in p.command]
 
 
 async def test_a_journal_that_cannot_open_stops_the_servers_while_the_client_stays(

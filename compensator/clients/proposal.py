@@ -234,16 +234,17 @@ def _server_lines(
     if server.url is not None:
         out = [f"  url: {text(server.url)}"]
         return out + ([f"  headers: {mapping(server.headers)}"] if server.headers else [])
+    shipped = matching_registry(server)
     command = _references(server.command or "", server.source.client, project, home)
     args = [_references(a, server.source.client, project, home) for a in server.args]
-    args = _workdir(matching_registry(server), args)
-    if matching_registry(server) in SCRATCH:
-        command, args = _through_scratch(SCRATCH[matching_registry(server) or ""], command, args)
+    args = _workdir(shipped, args)
+    if shipped in SCRATCH:
+        command, args = _through_scratch(SCRATCH[shipped], command, args)
     out = [f"  command: {json.dumps(command)}"]
     if args:
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
     values = dict(server.env)
-    if matching_registry(server) == "memory.yaml" and "MEMORY_FILE_PATH" not in values:
+    if shipped == "memory.yaml" and "MEMORY_FILE_PATH" not in values:
         # Unset, the memory server keeps its graph beside its own code; a relative path is
         # taken from there too, so `.` in the proxy a client starts is that same file.
         values["MEMORY_FILE_PATH"] = "./memory.jsonl"
