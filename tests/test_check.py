@@ -433,6 +433,7 @@ def test_help_names_the_check_command():
 
 
 SHIPPED_NEEDS = {
+    "duckdb": "duckdb/bin/mcp-server-duckdb",
     "filesystem": "npm/node_modules/@modelcontextprotocol/server-filesystem",
     "git": "git/bin/mcp-server-git",
     "memory": "npm/node_modules/@modelcontextprotocol/server-memory",

@@ -70,6 +70,7 @@ def server(name: str = "s", client: str = "claude-code", **fields: Any) -> Clien
         ("uvx", ["mcp-server-sqlite", "--db-path", "d.db"], "sqlite.yaml"),
         ("/venv/bin/mcp-server-sqlite", ["--db-path", "d.db"], "sqlite.yaml"),
         ("npx", ["-y", "@modelcontextprotocol/server-memory"], "memory.yaml"),
+        ("uvx", ["mcp-server-duckdb", "--db-path", "/d/x.duckdb"], "duckdb.yaml"),
         ("npx", ["-y", "@someone/server-filesystem-plus"], None),
     ],
 )

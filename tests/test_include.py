@@ -129,7 +129,7 @@ def test_a_mistake_in_an_included_file_names_that_file_and_line(tmp_path: Path):
             "include: [builtin:nothing-like-it]\n",
             "include[0]",
             "include",
-            "Shipped registries: builtin:filesystem, ",
+            "Shipped registries: builtin:duckdb, builtin:filesystem, ",
         ),
         (
             "include: [builtin:sqlite, builtin:sqlite]\n",

@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 SHIPPED = {
+    "duckdb.yaml": "mcp-server-duckdb",
     "filesystem.yaml": "@modelcontextprotocol/server-filesystem",
     "memory.yaml": "@modelcontextprotocol/server-memory",
     "redis.yaml": "@modelcontextprotocol/server-redis",
