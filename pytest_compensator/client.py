@@ -15,12 +15,13 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from compensator.errors import CompensatorError
 from compensator.registry import Registry
 from compensator.wire import parse_result, result_text, sdk
 
 from .state import observe_state
 
-__all__ = ["ProxyClient", "ToolCallFailed", "ToolReply", "launch_proxy"]
+__all__ = ["ProxyClient", "ToolCallFailed", "ToolReply", "error_when_matched", "launch_proxy"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,17 @@ class ToolReply:
 
 class ToolCallFailed(AssertionError):
     """A call expected to succeed came back with isError."""
+
+
+def error_when_matched(registry: Registry, tool: str, args: Mapping[str, Any], value: Any) -> bool:
+    """Whether the tool's `error_when` says this result is a failure (as the proxy decides)."""
+    policy = registry.policy(tool)
+    if policy is None or policy.error_when is None:
+        return False
+    try:
+        return policy.error_when.truthy({"result": value, "args": dict(args)})
+    except CompensatorError:
+        return False  # the proxy, too, counts the call as done when it cannot tell
 
 
 class ProxyClient:

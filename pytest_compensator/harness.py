@@ -18,7 +18,7 @@ from compensator.journal import StepStatus, open_journal
 from compensator.registry import Registry, load_registry, registry_environment
 from compensator.wire import sdk
 
-from .client import ProxyClient, ToolCallFailed, ToolReply, launch_proxy
+from .client import ProxyClient, ToolCallFailed, ToolReply, error_when_matched, launch_proxy
 
 __all__ = ["Driver", "Harness", "ResetTimings", "example_environment"]
 
@@ -314,10 +314,18 @@ class Harness:
         assert self._shared is not None
         began = time.perf_counter()
         for call in self.registry.reset:
+            args = call.args.render({})
             try:
-                self._shared.call_ok(call.tool, call.args.render({}))
+                value = self._shared.call_ok(call.tool, args)
             except ToolCallFailed as exc:
                 raise ToolCallFailed(f"reset call in {self.config} failed: {exc}") from None
+            if error_when_matched(self.registry, call.tool, args, value):
+                # A server that reports errors in its text (SQL servers do) would otherwise
+                # leave every example on a state nobody meant, and the run could still pass.
+                raise ToolCallFailed(
+                    f"reset call in {self.config} failed: {call.tool}({args}) answered "
+                    f"{_clipped(value)}, which the tool's error_when counts as a failure"
+                )
         self.timings.resets.append(time.perf_counter() - began)
         self.last_driver = self._shared
         return self._shared
@@ -333,3 +341,8 @@ class Harness:
         wire = sdk.tool_to_wire(self.tools[tool])
         schema: dict[str, Any] = wire.get("inputSchema") or {"type": "object"}
         return schema
+
+
+def _clipped(value: Any, limit: int = 300) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from compensator.errors import CompensatorError
 from compensator.registry import REDACTED, Registry
 
+from .client import error_when_matched
 from .harness import Driver
 from .plan import Plan
 from .report import Coverage, PromiseBroken, UndoFailure, format_call, format_failure
@@ -100,7 +101,7 @@ class Recorder:
         watch = promise is not None or (policy is not None and policy.error_when is not None)
         before = self.observe() if watch else None
         reply = self.driver.call(tool, args)
-        matched = not reply.is_error and _error_when(self.registry, tool, args, reply.value)
+        matched = not reply.is_error and error_when_matched(self.registry, tool, args, reply.value)
         ok = not reply.is_error and not matched
         self.coverage.record_call(tool, ok)
         outcome = "" if ok else f"  -> error: {reply.text[:120]}"
@@ -234,17 +235,6 @@ class Recorder:
                 "repeated after a crash would not restore it",
                 tool,
             )
-
-
-def _error_when(registry: Registry, tool: str, args: Mapping[str, Any], value: Any) -> bool:
-    """Whether the tool's `error_when` says this result is a failure (as the proxy decides)."""
-    policy = registry.policy(tool)
-    if policy is None or policy.error_when is None:
-        return False
-    try:
-        return policy.error_when.truthy({"result": value, "args": dict(args)})
-    except CompensatorError:
-        return False  # the proxy, too, counts the call as done when it cannot tell
 
 
 def _ids(value: Any) -> Iterator[int]:

@@ -79,6 +79,23 @@ def test_duckdb_registry_without_reinsert_fails_naming_the_tool(
     assert "tools undone: duckdb__query" in out
 
 
+def test_a_reset_that_the_server_refuses_in_its_text_stops_the_run(
+    pytester: pytest.Pytester, servers: Path
+):
+    """The server answers a bad statement with isError false; without its `error_when` read,
+    every example would start from a state nobody meant, and the run would pass."""
+    text = REGISTRY.read_text()
+    assert text.count("ts TIMESTAMP") == 1
+    broken = pytester.path / "duckdb_bad_reset.yaml"
+    broken.write_text(text.replace("ts TIMESTAMP", "at TIMESTAMP"))  # AT is a keyword
+    result = run_quick(pytester, broken, "--compensator-examples", "2", "-k", "roundtrip")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert f"reset call in {broken} failed: duckdb__query(" in out
+    assert "answered 'Database error: Parser Error: syntax error at or near" in out
+    assert "which the tool's error_when counts as a failure" in out
+
+
 @pytest.mark.anyio
 async def test_dml_with_tricky_types_is_undone_exactly(proxy, servers: Path, tmp_path: Path):
     database = tmp_path / "db.duckdb"
