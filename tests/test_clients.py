@@ -22,7 +22,7 @@ from compensator.clients import (
     propose,
     variables,
 )
-from compensator.clients.proposal import secret
+from compensator.clients.proposal import secret, secret_values
 from compensator.journal import default_journal_path
 from compensator.registry import parse_registry
 
@@ -78,6 +78,40 @@ def test_a_shipped_registry_is_matched_by_package_or_command(
     command: str, args: list[str], expected: str | None
 ) -> None:
     assert matching_registry(server(command=command, args=tuple(args))) == expected
+
+
+def test_secrets_on_the_command_line_become_references_and_plain_options_stay(
+    tmp_path: Path,
+) -> None:
+    args = (
+        "--db-path", "/data/x.db",  # a data path, redirected
+        "--author-name", "Ann",  # no secret: `auth` is not a word of it
+        "--passthrough", "yes",
+        "--token=t0k", "--api-key", "k3y",
+        "redis://:pw@h:6379/0", "https://h/mcp", "postgres://me:pw2@h/db",
+        "--password",  # with no value after it: kept
+    )  # fmt: skip
+    servers = {"db": server("db", command="x", args=args, env={"DB_URL": "plain"})}
+    names = variables(servers)
+    assert names == {
+        "db": {
+            "args[6]": "DB_TOKEN",
+            "args[8]": "DB_API_KEY",
+            "args[9]": "DB_URL",  # the env's DB_URL is no secret: no variable
+            "args[11]": "DB_URL_2",
+        }
+    }
+    assert secret_values(servers["db"])["args[11]"] == "postgres://me:pw2@h/db"
+    text = propose(servers, {"db": []}, {}, project=tmp_path, home=tmp_path, header="").text
+    assert "pw" not in text.replace("--password", "") and "t0k" not in text and "k3y" not in text
+    environ = {
+        "DB_TOKEN": "t0k",
+        "DB_API_KEY": "k3y",
+        "DB_URL": "redis://:pw@h:6379/0",
+        "DB_URL_2": "postgres://me:pw2@h/db",
+    }
+    loaded = parse_registry(text, tmp_path / "r.yaml", environ).servers["db"]
+    assert loaded.args == ("--db-path", "/data/x.db", *args[2:])  # WORKDIR unset: yours
 
 
 def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_path: Path) -> None:

@@ -30,6 +30,9 @@ from .test_http_downstream import (
 LINT = [sys.executable, str(SERVERS / "lint_server.py")]
 SECRET = "s3cret-token-value"
 BEARER = "Bearer kv-token-123"
+# Secrets on a server's command line (the lint server ignores its arguments).
+ARG_SECRET = "arg-s3cret-value"
+URL_SECRET = "redis://:pw-in-url@127.0.0.1:1"
 
 
 def run(*args: str, cwd: Path, home: Path, env: dict[str, str] | None = None) -> Any:
@@ -69,7 +72,18 @@ def clients(
     files = [
         write(
             project / ".mcp.json",
-            json.dumps({"mcpServers": {"notes": lint(env={"API_TOKEN": SECRET})}}, indent=2),
+            json.dumps(
+                {
+                    "mcpServers": {
+                        "notes": {
+                            "command": LINT[0],
+                            "args": [*LINT[1:], "--api-key", ARG_SECRET, URL_SECRET],
+                            "env": {"API_TOKEN": SECRET},
+                        }
+                    }
+                },
+                indent=2,
+            ),
         ),
         write(
             home / ".claude.json",
@@ -126,7 +140,12 @@ def clients(
 
 
 SERVER_NAMES = ["notes", "shared", "vs-code", "kv"]
-ENV = {"API_TOKEN": SECRET, "KV_AUTHORIZATION": BEARER}
+ENV = {
+    "API_TOKEN": SECRET,
+    "KV_AUTHORIZATION": BEARER,
+    "NOTES_API_KEY": ARG_SECRET,
+    "NOTES_URL": URL_SECRET,
+}
 
 
 def test_init_check_wire_unwire_over_every_client(
@@ -147,10 +166,12 @@ def test_init_check_wire_unwire_over_every_client(
     assert "  # get:" in registry and "  # put:" in registry
     assert "# broken: failed to start" in registry and "no-such-server" in registry
     assert SECRET not in registry and "kv-token" not in registry
+    assert ARG_SECRET not in registry and "pw-in-url" not in registry
+    assert '"--api-key", "${NOTES_API_KEY}", "${NOTES_URL}"]' in registry
     assert '{"API_TOKEN": "${API_TOKEN}"}' in registry
     assert '{"Authorization": "${KV_AUTHORIZATION}"}' in registry
     assert str(project.resolve() / "lint_server.py") in registry  # ${workspaceFolder}
-    assert "API_TOKEN KV_AUTHORIZATION" in made.stdout
+    assert "API_TOKEN KV_AUTHORIZATION NOTES_API_KEY NOTES_URL" in made.stdout
     for path in originals:
         assert str(path) in made.stdout  # read from every place
     assert "compensator check --config compensators.yaml" in made.stdout
@@ -174,7 +195,11 @@ def test_init_check_wire_unwire_over_every_client(
     vscode = (project / ".vscode" / "mcp.json").read_text()
     assert "// the project's servers" in vscode and "/* trailing comma */" not in vscode
     entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["compensator"]
-    assert entry["env"] == {"API_TOKEN": SECRET}
+    assert entry["env"] == {
+        "API_TOKEN": SECRET,
+        "NOTES_API_KEY": ARG_SECRET,
+        "NOTES_URL": URL_SECRET,
+    }
     assert "also needs KV_AUTHORIZATION" in wired.stderr  # set in ~/.cursor/mcp.json only
     tools = anyio.run(_tools_through, entry, home, {"KV_AUTHORIZATION": BEARER})
     assert {f"{name}__peek" for name in SERVER_NAMES[:-1]} <= tools and "get" in tools

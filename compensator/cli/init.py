@@ -23,7 +23,7 @@ from ..clients import (
     propose,
     replace_atomically,
 )
-from ..clients.proposal import variables
+from ..clients.proposal import secret_values, variables
 from ..errors import CompensatorError
 from ..limits import STARTUP_TIMEOUT
 from ..names import exposed_name
@@ -205,7 +205,7 @@ def _values(servers: Mapping[str, ClientServer]) -> dict[str, str]:
     names = variables(servers)
     values: dict[str, str] = {}
     for name, server in servers.items():
-        for key, value in {**server.env, **server.headers}.items():
+        for key, value in secret_values(server).items():
             if key not in names[name]:
                 continue  # a data path: written out in the registry, no variable
             # Claude Code expands ${VAR} in these values itself; the other clients do not.
@@ -222,8 +222,9 @@ Written by `compensator init` from the MCP servers your clients start. Read it b
 - every other tool is commented out, so it stays `unknown`: journaled, and undo refuses it.
   Classify it yourself (docs/writing-a-registry.md); init never guesses an inverse.
 Values from the clients' env and headers that look secret (a name with KEY, TOKEN, SECRET,
-PASS, AUTH, CREDENTIAL..., a token, a URL with credentials) are ${VAR} references here, so
-no secret is written to this file: export them to run `compensator check`; `compensator
+PASS, AUTH, CREDENTIAL..., a token, a URL with credentials), and such URLs and the values of
+options like --password or --api-key on a command line, are ${VAR} references here, so no
+secret is written to this file: export them to run `compensator check`; `compensator
 wire` passes them to the proxy from the clients' own configuration. Other values are written
 as they are. Data paths (a database file, a data folder) are
 written as ${COMPENSATOR_WORKDIR:-yours}: the proxy uses yours, while `pytest

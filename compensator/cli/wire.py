@@ -21,6 +21,7 @@ from ..clients import (
     diff,
     prefixed,
     replace_atomically,
+    secret_values,
     still_wired,
     unwired,
     variables,
@@ -270,7 +271,7 @@ def _wiring(
             for client_name in moved:
                 name = collected.names[(source, client_name)]
                 server = collected.servers[name]
-                for key, value in {**server.env, **server.headers}.items():
+                for key, value in secret_values(server).items():
                     if key in names[name]:  # a data path is written out in the registry
                         env[names[name][key]] = value
             text = wired(text, source, moved, proxy_entry(config, env))

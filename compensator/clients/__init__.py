@@ -16,6 +16,7 @@ from .proposal import (
     matching_registry,
     prefixed,
     propose,
+    secret_values,
     variables,
 )
 from .sources import (
@@ -59,6 +60,7 @@ __all__ = [
     "propose",
     "read_file",
     "replace_atomically",
+    "secret_values",
     "sources_of",
     "still_wired",
     "unwired",

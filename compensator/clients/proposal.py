@@ -29,6 +29,7 @@ __all__ = [
     "matching_registry",
     "prefixed",
     "propose",
+    "secret_values",
     "variables",
 ]
 
@@ -64,30 +65,81 @@ def _shipped(file: str) -> dict[str, Any]:
 
 
 def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
-    """For each server, the env (and header) names whose values look secret (`secret`) ->
-    the `${VAR}` name the registry uses: the env name itself unless another server sets it
-    to something else, then SERVER_NAME. Every other value is written out as it is, a data
-    path redirected (`data_path`): a mode or a log level made a required variable only
+    """For each server, the keys of `secret_values` whose values look secret (`secret`) ->
+    the `${VAR}` name the registry uses: an env key itself unless another server sets it to
+    something else, then SERVER_NAME; a header or a command-line argument SERVER_NAME (an
+    argument's name is its option's, or URL). Every other value is written out as it is, a
+    data path redirected (`data_path`): a mode or a log level made a required variable only
     stopped `check` until someone exported it."""
     values: dict[str, set[str]] = {}
     for server in servers.values():
         for key, value in server.env.items():
             values.setdefault(key, set()).add(value)
     names: dict[str, dict[str, str]] = {}
+    taken: set[str] = set()
     for registry_name, server in servers.items():
-        names[registry_name] = {
+        found = {
             key: key if len(values[key]) == 1 and _plain(key) else prefixed(registry_name, key)
             for key, value in server.env.items()
             if data_path(key, value) is None and secret(key, value)
         }
-        names[registry_name].update(
+        found.update(
             {
                 key: prefixed(registry_name, key)
                 for key, v in server.headers.items()
                 if secret(key, v)
             }
         )
+        taken.update(found.values())
+        for key, (name, _, _) in _secret_args(server).items():
+            variable = base = prefixed(registry_name, name)
+            count = 1
+            while variable in taken:  # two URLs, or an env key of that name
+                count += 1
+                variable = f"{base}_{count}"
+            taken.add(variable)
+            found[key] = variable
+        names[registry_name] = found
     return names
+
+
+def secret_values(server: ClientServer) -> dict[str, str]:
+    """A server's values that `variables` may make `${VAR}`s of, by key: its env and headers,
+    and the secret part of each command-line argument that carries one as `args[N]`."""
+    values = {**server.env, **server.headers}
+    values.update({key: value for key, (_, value, _) in _secret_args(server).items()})
+    return values
+
+
+def _secret_args(server: ClientServer) -> dict[str, tuple[str, str, str]]:
+    """The command-line arguments that carry a secret, as `args[N]` -> (the name of its
+    variable, the secret, what comes before it in the argument): a URL with credentials in it
+    (redis://:pw@host) whole, the value of an option named for a secret (`--password=pw`,
+    or the argument after `--api-key`)."""
+    found = {}
+    previous = ""
+    for at, arg in enumerate(server.args):
+        flag, equals, value = arg.partition("=")
+        if equals and value and _secret_option(flag):
+            found[f"args[{at}]"] = (_upper(flag.lstrip("-")), value, flag + "=")
+        elif _secret_option(previous) and not arg.startswith("-"):
+            found[f"args[{at}]"] = (_upper(previous.lstrip("-")), arg, "")
+        elif _CREDENTIALS_IN_URL.search(arg):
+            found[f"args[{at}]"] = ("URL", arg, "")
+        previous = arg
+    return found
+
+
+# Words of an option's name that say its value is a secret (--password, --api-key, --auth).
+# Whole words, unlike env names: --author-name or --passthrough hold no secret.
+_SECRET_OPTION_WORDS = frozenset(
+    ["password", "passwd", "pass", "pwd", "token", "secret", "key", "apikey", "auth", "pat"]
+)
+
+
+def _secret_option(arg: str) -> bool:
+    """Whether `arg` is an option (--x, no `=value`) whose name says it holds a secret."""
+    return arg.startswith("-") and "=" not in arg and bool(_name_words(arg) & _SECRET_OPTION_WORDS)
 
 
 # Names that hold secrets, anywhere in the name (APIKEY, PGPASS, MYSQL_PWD)...
@@ -238,6 +290,8 @@ def _server_lines(
     shipped = matching_registry(server)
     command = _references(server.command or "", server.source.client, project, home)
     args = [_references(a, server.source.client, project, home) for a in server.args]
+    for key, (_, _, before) in _secret_args(server).items():
+        args[int(key[len("args[") : -1])] = f"{before}${{{names[key]}}}"
     args = _workdir(shipped, args)
     if shipped in SCRATCH:
         command, args = _through_scratch(SCRATCH[shipped], command, args)
