@@ -11,10 +11,12 @@ compensator/wire/sdk/stdio.py; we run the processes ourselves instead of through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ __all__ = [
     "Started",
     "environment",
     "start_process",
+    "stop_on_sigterm",
     "stop_process",
 ]
 
@@ -69,7 +72,7 @@ async def start_process(
     """Start a server: its stdin and stdout are pipes to us, its stderr is ours, and it leads a
     new session, so that stopping it reaches its children. Its lines have no length limit (a
     tool result may be a large file), as with the SDK's own stdio client."""
-    return await asyncio.create_subprocess_exec(
+    process = await asyncio.create_subprocess_exec(
         command,
         *args,
         stdin=asyncio.subprocess.PIPE,
@@ -80,6 +83,55 @@ async def start_process(
         start_new_session=True,
         limit=sys.maxsize,
     )
+    _RUNNING.add(process)
+    return process
+
+
+_RUNNING: set[Process] = set()
+"""Every process start_process started and stop_process has not yet seen end: the ones a
+SIGTERM to us must reach (`stop_on_sigterm`)."""
+
+
+def stop_on_sigterm() -> None:
+    """Make a SIGTERM to this process stop its servers first. An MCP client ends a stdio
+    server by closing its stdin, waiting 2 s (the SDK's timeout), then SIGTERM to its process
+    group; the servers lead groups of their own and are not in it, and the proxy's own stop
+    gives each server the same 2 s. So a server that outlives its stdin (one holding a
+    database connection) would be left running. The handler SIGTERMs every server's group,
+    waits up to SIGTERM_GRACE for them, SIGKILLs what is left, and then dies of the signal as
+    it would have without the handler. Main thread only (signal.signal)."""
+    signal.signal(signal.SIGTERM, _stop_all_and_die)
+
+
+SIGTERM_GRACE = 1.0
+"""Seconds the servers get after our SIGTERM reached them, within the 2 s the client gives us
+before its SIGKILL."""
+
+
+def _stop_all_and_die(number: int, _frame: Any) -> None:
+    live = list(_RUNNING)
+    for process in live:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + SIGTERM_GRACE
+    while any(_group_running(p) for p in live) and time.monotonic() < deadline:
+        time.sleep(POLL)
+    for process in live:
+        if _group_running(process):
+            _signal_group(process, signal.SIGKILL)
+    signal.signal(number, signal.SIG_DFL)
+    os.kill(os.getpid(), number)
+
+
+def _group_running(process: Process) -> bool:
+    """Whether anything of the group is left. The leader is reaped here first: the event loop
+    that would reap it does not run inside a signal handler, and a zombie keeps its group."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(process.pid, os.WNOHANG)
+    try:
+        os.killpg(process.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _stderr() -> Any:
@@ -109,6 +161,7 @@ async def stop_process(
                 log.warning("server %r (pid %d) survived SIGKILL; left", name, process.pid)
     if process.stdout is not None:
         process.stdout.feed_eof()
+    _RUNNING.discard(process)
 
 
 POLL = 0.01

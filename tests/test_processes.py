@@ -178,3 +178,36 @@ async def test_the_first_start_adopts_the_process_started_early(
         starts = (tmp_path / "starts").read_text().split()
         assert len(starts) == 1, starts
         assert alive(int(starts[0]))
+
+
+@pytest.mark.anyio
+async def test_a_server_that_outlives_its_stdin_is_stopped_when_the_client_ends_the_proxy(
+    write_registry: Callable[[str], Path], tmp_path: Path
+):
+    """An MCP client that closes the proxy's stdin gives it 2 s, then SIGTERMs its group: the
+    same 2 s the proxy gives a server before it SIGTERMs the server's own group. The proxy's
+    SIGTERM handler stops the servers first, or one that outlives its stdin (server-redis,
+    which keeps its Redis connection) runs on as an orphan."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    script = (  # ignores its stdin ending, and SIGTERM too: only SIGKILL ends it
+        "import os, pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " pathlib.Path(sys.argv[1]).write_text(str(os.getpid())); sys.stdin.read();"
+        " time.sleep(600)"
+    )
+    config = write_registry(
+        f"servers:\n  stays:\n    command: @PYTHON@\n    args: ['-c', {script!r}, '@TMP@/pid']\n"
+        "  tasks:\n    command: @PYTHON@\n    args: [@TASKS_SERVER@]\n"
+    )
+    command = ["-m", "compensator.proxy", "--config", str(config), "--db", str(tmp_path / "j.db")]
+    params = StdioServerParameters(command=sys.executable, args=command)
+    with (tmp_path / "stderr.log").open("w") as log:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert (await session.list_tools()).tools
+    server = int((tmp_path / "pid").read_text())
+    wait_until(lambda: not alive(server), f"the server {server} to end")

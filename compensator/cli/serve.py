@@ -20,7 +20,7 @@ import anyio
 from ..errors import CompensatorError
 from ..journal import default_journal_path
 from ..names import CLIENT_NAME, MAX_NAME_LENGTH
-from ..processes import Started
+from ..processes import Started, stop_on_sigterm
 from ..registry import load_registry, registry_environment
 from ..wire.http_serve import TOKEN_VARIABLE, HttpError, exposure, listen, read_token
 from .common import Refused, ServeOptions, add_registry_arguments, refuse
@@ -157,6 +157,8 @@ def run_serve(args: argparse.Namespace) -> int:
         agent=getattr(args, "agent", None),
         scope=getattr(args, "journal_scope", None),
     )
+    if http is None:
+        stop_on_sigterm()  # what ends a stdio proxy: the servers go first (processes.py)
     try:
         db = args.db if args.db is not None else default_journal_path(args.config)
         anyio.run(serve, args.config, db, options)
