@@ -13,6 +13,7 @@ import pytest
 
 from compensator.cli import main
 from compensator.cli import wire as wire_module
+from compensator.cli.init import _expanded as expanded
 from compensator.clients import (
     ClientServer,
     Source,
@@ -71,6 +72,8 @@ def server(name: str = "s", client: str = "claude-code", **fields: Any) -> Clien
         ("/venv/bin/mcp-server-sqlite", ["--db-path", "d.db"], "sqlite.yaml"),
         ("npx", ["-y", "@modelcontextprotocol/server-memory"], "memory.yaml"),
         ("uvx", ["mcp-server-duckdb", "--db-path", "/d/x.duckdb"], "duckdb.yaml"),
+        # Its undo needs a connection per call (duckdb.yaml's header): no policies then.
+        ("uvx", ["mcp-server-duckdb", "--db-path", "/d/x.duckdb", "--keep-connection"], None),
         ("npx", ["-y", "@someone/server-filesystem-plus"], None),
     ],
 )
@@ -112,6 +115,48 @@ def test_secrets_on_the_command_line_become_references_and_plain_options_stay(
     }
     loaded = parse_registry(text, tmp_path / "r.yaml", environ).servers["db"]
     assert loaded.args == ("--db-path", "/data/x.db", *args[2:])  # WORKDIR unset: yours
+
+
+def test_argument_secrets_in_other_forms_and_names_that_clash_across_servers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = (
+        "--token", "${env:GITHUB_TOKEN}",  # the client's own reference: translated, kept
+        "--key-prefix", "app:", "--no-auth", "/data", "--pass-env", "FOO",  # no secrets
+        "--header", "Authorization: Bearer sk-abc123def456ghi789",  # as mcp-remote takes it
+        "-e", "GITHUB_TOKEN=ghp_x1", "NODE_ENV=production",  # as docker run takes them
+    )  # fmt: skip
+    vscode = server("r", client="vscode", command="x", args=args)
+    text = propose({"r": vscode}, {"r": []}, {}, project=tmp_path, home=tmp_path, header="").text
+    assert "sk-abc" not in text and "ghp_x1" not in text
+    assert (
+        '["--token", "${GITHUB_TOKEN}", "--key-prefix", "app:", "--no-auth", "/data", '
+        '"--pass-env", "FOO", "--header", "Authorization: ${R_AUTHORIZATION}", '
+        '"-e", "GITHUB_TOKEN=${R_GITHUB_TOKEN}", "NODE_ENV=production"]'
+    ) in text
+    # Whichever server comes first, an argument's variable never takes an env key's name.
+    github = server("github", command="x", args=("--token", "ghp_AAA111"))
+    issues = server("issues", command="y", env={"GITHUB_TOKEN": "ghp_BBB222"})
+    for servers in ({"github": github, "issues": issues}, {"issues": issues, "github": github}):
+        assert variables(servers) == {
+            "github": {"args[1]": "GITHUB_TOKEN_2"},
+            "issues": {"GITHUB_TOKEN": "GITHUB_TOKEN"},
+        }
+    # What init starts the servers with: Claude Code's references filled in, nothing else.
+    monkeypatch.setenv("PW", "from-env")
+    assert expanded("p$HOME/x ${PW} ${NOPE:-dflt} ${NOPE}") == "p$HOME/x from-env dflt ${NOPE}"
+
+
+def test_a_shipped_registry_that_does_not_hold_under_an_option_says_so(tmp_path: Path) -> None:
+    args = ("mcp-server-duckdb", "--db-path", "/d/x.duckdb", "--keep-connection")
+    tools = {"db": [{"name": "query", "inputSchema": {"type": "object"}}]}
+    servers = {"db": server("db", command="uvx", args=args)}
+    proposal = propose(servers, tools, {}, project=tmp_path, home=tmp_path, header="")
+    [report] = proposal.reports
+    assert report.shipped is None and report.unknown == ["query"]
+    assert report.unsupported is not None
+    assert report.unsupported.startswith("compensator's duckdb.yaml does not apply with --keep")
+    assert "  # compensator's duckdb.yaml does not apply with --keep-connection:" in proposal.text
 
 
 def test_secrets_become_references_and_clashing_names_get_the_server_prefix(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -160,12 +161,13 @@ async def _propose(
     collected: Collected, output: Path, project: Path, startup_timeout: float, builtin: bool
 ) -> Proposal:
     """Start every server, list its tools, and propose the registry."""
-    environ = registry_environment(_values(collected.servers))
+    names = variables(collected.servers)
+    environ = registry_environment(_values(collected.servers, names))
     specs: dict[str, ServerSpec] = {}
     failures: dict[str, str] = {}
     for name, server in collected.servers.items():
         try:
-            specs[name] = _spec(name, server, output, project, environ)
+            specs[name] = _spec(name, server, output, project, environ, names)
         except CompensatorError as exc:
             failures[name] = str(exc)
     tools: dict[str, list[dict[str, Any]]] = {name: [] for name in specs}
@@ -193,16 +195,25 @@ async def _propose(
 
 
 def _spec(
-    name: str, server: ClientServer, output: Path, project: Path, environ: Mapping[str, str]
+    name: str,
+    server: ClientServer,
+    output: Path,
+    project: Path,
+    environ: Mapping[str, str],
+    names: Mapping[str, Mapping[str, str]],
 ) -> ServerSpec:
-    """How to start one server: its part of the proposal, loaded as the proxy would load it."""
-    single = propose({name: server}, {}, {}, project=project, home=Path.home(), header="")
+    """How to start one server: its part of the proposal (with the `${VAR}` names of the
+    whole), loaded as the proxy would load it."""
+    single = propose(
+        {name: server}, {}, {}, project=project, home=Path.home(), header="", names=names
+    )
     return parse_registry(single.text, output, environ).servers[name]
 
 
-def _values(servers: Mapping[str, ClientServer]) -> dict[str, str]:
+def _values(
+    servers: Mapping[str, ClientServer], names: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
     """The values the proposal's `${VAR}` references stand for, from the clients' files."""
-    names = variables(servers)
     values: dict[str, str] = {}
     for name, server in servers.items():
         for key, value in secret_values(server).items():
@@ -210,8 +221,20 @@ def _values(servers: Mapping[str, ClientServer]) -> dict[str, str]:
                 continue  # a data path: written out in the registry, no variable
             # Claude Code expands ${VAR} in these values itself; the other clients do not.
             expand = server.source.client == "claude-code"
-            values[names[name][key]] = os.path.expandvars(value) if expand else value
+            values[names[name][key]] = _expanded(value) if expand else value
     return values
+
+
+def _expanded(value: str) -> str:
+    """`value` with Claude Code's references (`${VAR}`, `${VAR:-default}`) filled in from our
+    environment; a `$` that starts neither (in a password) stays as it is, and so does a
+    reference to a variable that is not set and has no default."""
+
+    def fill(match: re.Match[str]) -> str:
+        name, default = match[1], match[2]
+        return os.environ.get(name, default if default is not None else match[0])
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}", fill, value)
 
 
 _HEADER = """\
@@ -254,6 +277,8 @@ def _summary(proposal: Proposal, collected: Collected, output: Path, sources: li
         )
         note = f"   policies from {r.shipped}" if r.shipped else ""
         lines.append(f"{r.name:<{width}}{counts}{note}")
+        if r.unsupported is not None:
+            lines.append(f"{'':<{width}}  {r.unsupported}")
     unknown = sum(len(r.unknown) for r in proposal.reports)
     if unknown:
         lines += [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -49,12 +50,34 @@ def matching_registry(server: ClientServer) -> str | None:
     """The shipped registry for `server`, matched by the package or command it runs
     (`npx -y @modelcontextprotocol/server-filesystem`, `uvx mcp-server-sqlite`, a path to
     `.../node_modules/<package>/...` or `.../bin/<command>`), or None."""
+    file = _package_registry(server)
+    return None if file is None or _unsupported(file, server) else file
+
+
+def _package_registry(server: ClientServer) -> str | None:
     words = [server.command or "", *server.args]
     for file, package in SHIPPED.items():
         for word in words:
             bare = _VERSION.sub("", word)
             if bare == package or Path(bare).name == package or f"/{package}/" in bare:
                 return file
+    return None
+
+
+UNSUPPORTED = {
+    "duckdb.yaml": {
+        "--keep-connection": "its undo runs in a transaction of its own, and a refused undo "
+        "would leave a kept connection's transaction aborted: every later call would fail",
+    },
+}
+"""Options of a server that its shipped registry's policies do not hold under, and why."""
+
+
+def _unsupported(file: str, server: ClientServer) -> str | None:
+    """Why `file` does not apply to `server` as the client starts it, or None."""
+    for option, reason in UNSUPPORTED.get(file, {}).items():
+        if any(arg == option or arg.startswith(option + "=") for arg in server.args):
+            return f"compensator's {file} does not apply with {option}: {reason}"
     return None
 
 
@@ -68,29 +91,31 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
     """For each server, the keys of `secret_values` whose values look secret (`secret`) ->
     the `${VAR}` name the registry uses: an env key itself unless another server sets it to
     something else, then SERVER_NAME; a header or a command-line argument SERVER_NAME (an
-    argument's name is its option's, or URL). Every other value is written out as it is, a
-    data path redirected (`data_path`): a mode or a log level made a required variable only
-    stopped `check` until someone exported it."""
+    argument's name is its option's, its header's, or URL), with _2, _3... where that name
+    is taken. Every other value is written out as it is, a data path redirected
+    (`data_path`): a mode or a log level made a required variable only stopped `check` until
+    someone exported it."""
     values: dict[str, set[str]] = {}
     for server in servers.values():
         for key, value in server.env.items():
             values.setdefault(key, set()).add(value)
     names: dict[str, dict[str, str]] = {}
-    taken: set[str] = set()
     for registry_name, server in servers.items():
-        found = {
+        names[registry_name] = {
             key: key if len(values[key]) == 1 and _plain(key) else prefixed(registry_name, key)
             for key, value in server.env.items()
             if data_path(key, value) is None and secret(key, value)
         }
-        found.update(
+        names[registry_name].update(
             {
                 key: prefixed(registry_name, key)
                 for key, v in server.headers.items()
                 if secret(key, v)
             }
         )
-        taken.update(found.values())
+    # Every server's env and header names first: an argument's may not take one of them.
+    taken = {variable for found in names.values() for variable in found.values()}
+    for registry_name, server in servers.items():
         for key, (name, _, _) in _secret_args(server).items():
             variable = base = prefixed(registry_name, name)
             count = 1
@@ -98,8 +123,7 @@ def variables(servers: Mapping[str, ClientServer]) -> dict[str, dict[str, str]]:
                 count += 1
                 variable = f"{base}_{count}"
             taken.add(variable)
-            found[key] = variable
-        names[registry_name] = found
+            names[registry_name][key] = variable
     return names
 
 
@@ -113,25 +137,39 @@ def secret_values(server: ClientServer) -> dict[str, str]:
 
 def _secret_args(server: ClientServer) -> dict[str, tuple[str, str, str]]:
     """The command-line arguments that carry a secret, as `args[N]` -> (the name of its
-    variable, the secret, what comes before it in the argument): a URL with credentials in it
-    (redis://:pw@host) whole, the value of an option named for a secret (`--password=pw`,
-    or the argument after `--api-key`)."""
+    variable, the secret, what comes before it in the argument):
+    - a URL with credentials in it (redis://:pw@host), whole;
+    - the value of an option named for a secret (`--password=pw`, or the argument after
+      `--api-key`);
+    - a secret header after --header or -H (`Authorization: Bearer ...`, as mcp-remote takes
+      it), and a secret `NAME=value` (`docker run -e GITHUB_TOKEN=...`), as `secret` decides
+      for env and header values.
+    A value holding a reference of the client's own (`${env:TOKEN}`) is no secret: it is
+    translated as every other reference is. A bare token among the arguments is not found."""
     found = {}
     previous = ""
     for at, arg in enumerate(server.args):
         flag, equals, value = arg.partition("=")
-        if equals and value and _secret_option(flag):
+        header = re.fullmatch(r"([A-Za-z][\w-]*):\s*(\S.*)", arg)
+        assignment = re.fullmatch(r"([A-Za-z_]\w*)=(.+)", arg)
+        if "${" in arg:
+            pass
+        elif equals and value and _secret_option(flag):
             found[f"args[{at}]"] = (_upper(flag.lstrip("-")), value, flag + "=")
         elif _secret_option(previous) and not arg.startswith("-"):
             found[f"args[{at}]"] = (_upper(previous.lstrip("-")), arg, "")
+        elif previous in ("--header", "-H") and header and secret(header[1], header[2]):
+            found[f"args[{at}]"] = (_upper(header[1]), header[2], arg[: header.start(2)])
+        elif assignment and secret(assignment[1], assignment[2]):
+            found[f"args[{at}]"] = (_upper(assignment[1]), assignment[2], assignment[1] + "=")
         elif _CREDENTIALS_IN_URL.search(arg):
             found[f"args[{at}]"] = ("URL", arg, "")
         previous = arg
     return found
 
 
-# Words of an option's name that say its value is a secret (--password, --api-key, --auth).
-# Whole words, unlike env names: --author-name or --passthrough hold no secret.
+# The last word of an option's name that says its value is a secret (--password, --api-key,
+# --db-password, --auth-token), unlike --author-name, --passthrough, --key-prefix, --no-auth.
 _SECRET_OPTION_WORDS = frozenset(
     ["password", "passwd", "pass", "pwd", "token", "secret", "key", "apikey", "auth", "pat"]
 )
@@ -139,7 +177,14 @@ _SECRET_OPTION_WORDS = frozenset(
 
 def _secret_option(arg: str) -> bool:
     """Whether `arg` is an option (--x, no `=value`) whose name says it holds a secret."""
-    return arg.startswith("-") and "=" not in arg and bool(_name_words(arg) & _SECRET_OPTION_WORDS)
+    words = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", arg)
+    return (
+        arg.startswith("-")
+        and "=" not in arg
+        and bool(words)
+        and words[0].lower() != "no"
+        and words[-1].lower() in _SECRET_OPTION_WORDS
+    )
 
 
 # Names that hold secrets, anywhere in the name (APIKEY, PGPASS, MYSQL_PWD)...
@@ -200,6 +245,9 @@ class ServerReport:
     irreversible: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
     failure: str | None = None
+    unsupported: str | None = None
+    """Why the shipped registry for this server's package does not apply (an option it was
+    started with), or None."""
 
 
 @dataclass(kw_only=True)
@@ -217,11 +265,14 @@ def propose(
     home: Path,
     header: str,
     builtin: bool = True,
+    names: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Proposal:
     """The registry text for `servers` (registry name -> client entry), given each started
     server's tools (wire JSON) and why the others failed to start. Without `builtin`, the
-    shipped registries' policies and probes are left out (their data paths still apply)."""
-    names = variables(servers)
+    shipped registries' policies and probes are left out (their data paths still apply).
+    `names`: the `${VAR}` names (`variables`) when `servers` are a part of the whole set."""
+    if names is None:
+        names = variables(servers)
     lines = [*(f"# {line}".rstrip() for line in header.splitlines()), "", "servers:"]
     reports = []
     unprefixed = _unprefixed({n: t for n, t in tools.items() if n not in failures})
@@ -243,6 +294,11 @@ def propose(
         if name not in failures:
             shipped = matching_registry(server) if builtin else None
             report, block = _tools(name, prefixes[name], shipped, tools.get(name, ()))
+            package = _package_registry(server) if builtin else None
+            why = _unsupported(package, server) if package else None
+            if why is not None:
+                block[1:1] = [f"  # {line}" for line in textwrap.wrap(why + ".", 92)]
+                report.unsupported = why
             reports.append(report)
             lines += block
     return Proposal(text="\n".join(lines) + "\n", reports=reports)
