@@ -191,14 +191,12 @@ async def test_a_server_that_outlives_its_stdin_is_stopped_when_the_client_ends_
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    script = (  # ignores its stdin ending, and SIGTERM too: only SIGKILL ends it
-        "import os, pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-        " pathlib.Path(sys.argv[1]).write_text(str(os.getpid())); sys.stdin.read();"
-        " time.sleep(600)"
-    )
+    # The task server, then a sleep: it outlives its stdin, and ignores SIGTERM as well, so
+    # only SIGKILL ends it. (`$$$$` is the shell's `$$` once the registry read `$$` as `$`.)
     config = write_registry(
-        f"servers:\n  stays:\n    command: @PYTHON@\n    args: ['-c', {script!r}, '@TMP@/pid']\n"
-        "  tasks:\n    command: @PYTHON@\n    args: [@TASKS_SERVER@]\n"
+        "servers:\n  tasks:\n    command: sh\n"
+        '    args: [\'-c\', \'echo $$$$ > @TMP@/pid; trap "" TERM; "$0" "$1"; sleep 600\',\n'
+        "           @PYTHON@, @TASKS_SERVER@]\n"
     )
     command = ["-m", "compensator.proxy", "--config", str(config), "--db", str(tmp_path / "j.db")]
     params = StdioServerParameters(command=sys.executable, args=command)
