@@ -45,6 +45,15 @@ def caught_undoing(pytester: pytest.Pytester, config: Path, tool: str) -> str:
     return out
 
 
+def broken_variant(folder: Path, registry: Path, old: str, new: str) -> Path:
+    """A copy of `registry` in `folder` with `old`, which it holds exactly once, made `new`."""
+    text = registry.read_text()
+    assert text.count(old) == 1, f"{registry} holds {old!r} {text.count(old)} times"
+    path = folder / f"{registry.stem}_broken.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--compensator-seed", SEED, *args

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REGISTRIES, use_third_party_servers
-from .test_plugin import caught_undoing, run_quick
+from .test_plugin import broken_variant, caught_undoing, run_quick
 
 REGISTRY = REGISTRIES / "duckdb.yaml"
 BINARY = "duckdb/bin/mcp-server-duckdb"
@@ -71,10 +71,7 @@ def test_duckdb_registry_passes(pytester: pytest.Pytester, servers: Path):
 def test_duckdb_registry_without_reinsert_fails_naming_the_tool(
     pytester: pytest.Pytester, servers: Path
 ):
-    text = REGISTRY.read_text()
-    assert text.count(REINSERT) == 1
-    broken = pytester.path / "duckdb_no_reinsert.yaml"
-    broken.write_text(text.replace(REINSERT, "`false` && join('', ["))
+    broken = broken_variant(pytester.path, REGISTRY, REINSERT, "`false` && join('', [")
     out = caught_undoing(pytester, broken, "duckdb__query")
     assert "tools undone: duckdb__query" in out
 
@@ -84,10 +81,9 @@ def test_a_reset_that_the_server_refuses_in_its_text_stops_the_run(
 ):
     """The server answers a bad statement with isError false; without its `error_when` read,
     every example would start from a state nobody meant, and the run would pass."""
-    text = REGISTRY.read_text()
-    assert text.count("ts TIMESTAMP") == 1
-    broken = pytester.path / "duckdb_bad_reset.yaml"
-    broken.write_text(text.replace("ts TIMESTAMP", "at TIMESTAMP"))  # AT is a keyword
+    broken = broken_variant(
+        pytester.path, REGISTRY, "ts TIMESTAMP", "at TIMESTAMP"
+    )  # AT: a keyword
     result = run_quick(pytester, broken, "--compensator-examples", "2", "-k", "roundtrip")
     assert result.ret == 1
     out = result.stdout.str()

@@ -14,7 +14,7 @@ import pytest
 from compensator.registry.expressions import compile_expression
 
 from .conftest import REGISTRIES, use_third_party_servers
-from .test_plugin import caught_undoing, run_quick
+from .test_plugin import broken_variant, caught_undoing, run_quick
 
 REGISTRY = REGISTRIES / "postgres.yaml"
 BINARY = "postgres/bin/postgres-mcp"
@@ -92,10 +92,7 @@ def test_postgres_registry_passes(pytester: pytest.Pytester, servers: Path, pg_e
 def test_postgres_registry_without_reinsert_fails_naming_the_tool(
     pytester: pytest.Pytester, servers: Path, pg_env: dict
 ):
-    text = REGISTRY.read_text()
-    assert text.count(REINSERT) == 1
-    broken = pytester.path / "postgres_no_reinsert.yaml"
-    broken.write_text(text.replace(REINSERT, "`false` && join('', ["))
+    broken = broken_variant(pytester.path, REGISTRY, REINSERT, "`false` && join('', [")
     out = caught_undoing(pytester, broken, "pg__execute_sql")
     assert "tools undone: pg__execute_sql" in out
 

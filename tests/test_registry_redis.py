@@ -19,7 +19,7 @@ from compensator import scratch
 from compensator.scratch import scratch_redis, with_url
 
 from .conftest import REGISTRIES, processes, third_party_servers
-from .test_plugin import caught_undoing, run_quick
+from .test_plugin import broken_variant, caught_undoing, run_quick
 from .test_unavailable import running_with
 
 REGISTRY = REGISTRIES / "redis.yaml"
@@ -100,10 +100,8 @@ def test_redis_registry_passes(pytester: pytest.Pytester, servers: Path):
 def test_redis_registry_without_the_delete_step_fails_naming_the_tool(
     pytester: pytest.Pytester, servers: Path
 ):
-    text = REGISTRY.read_text()
-    assert text.count(DELETE_STEP) == 1
-    broken = pytester.path / "redis_no_delete.yaml"
-    broken.write_text(text.replace(DELETE_STEP, "      - tool: redis__get\n"))  # reads instead
+    reads_instead = "      - tool: redis__get\n"
+    broken = broken_variant(pytester.path, REGISTRY, DELETE_STEP, reads_instead)
     out = caught_undoing(pytester, broken, "redis__set")
     assert "tools undone: redis__set" in out
 
