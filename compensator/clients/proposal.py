@@ -292,10 +292,10 @@ def propose(
     lines += ["", "tools:"]
     for name, server in servers.items():
         if name not in failures:
-            shipped = matching_registry(server) if builtin else None
-            report, block = _tools(name, prefixes[name], shipped, tools.get(name, ()))
             package = _package_registry(server) if builtin else None
             why = _unsupported(package, server) if package else None
+            shipped = package if why is None else None  # what matching_registry says
+            report, block = _tools(name, prefixes[name], shipped, tools.get(name, ()))
             if why is not None:
                 block[1:1] = [f"  # {line}" for line in textwrap.wrap(why + ".", 92)]
                 report.unsupported = why
