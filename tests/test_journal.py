@@ -652,11 +652,11 @@ def test_a_retried_intent_or_checkpoint_is_written_once(postgres_url: str, open_
 def test_a_checkpoint_sees_the_change_committed_while_it_waited(postgres_url: str, open_journal):
     """Ids follow commit order: a checkpoint that waits for an intent's order lock counts that
     intent's change as before it, once the intent commits."""
-    from compensator.journal.postgres import _LOCK_CLASS, _ORDER_LOCK
+    from compensator.journal.postgres.schema import LOCK_CLASS, ORDER_LOCK
 
     journal = open_journal(postgres_url)
     with psycopg.connect(postgres_url, options="-c search_path=compensator") as side:
-        side.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _ORDER_LOCK))
+        side.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
         (change,) = side.execute(
             "INSERT INTO changes (tool, classification, status, args, pid, created_at) "
             "VALUES ('s__a', 'reversible', 'ok', '{}', 1, '2026-12-04T00:00:00+00:00') "

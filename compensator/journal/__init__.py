@@ -3,7 +3,7 @@ between them.
 
 It owns the records (`records.py`), the `JournalStore` protocol that everything above the
 journal uses and `open_journal`, which picks a backend (`store.py`), and the backends: SQLite
-(`sqlite.py`, the default) and PostgreSQL (`postgres.py`, for a journal that many machines
+(`sqlite/`, the default) and PostgreSQL (`postgres/`, for a journal that many machines
 share). A new backend is one module implementing `JournalStore`, chosen in
 `open_journal`. It imports only compensator.errors: it knows nothing of MCP, YAML or the proxy.
 """

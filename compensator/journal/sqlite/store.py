@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import threading
@@ -13,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import JournalError
-from .records import (
+from ...errors import JournalError
+from ..records import (
     Checkpoint,
     Compensation,
     Intent,
@@ -23,212 +22,11 @@ from .records import (
     StepOutcome,
     StepStatus,
 )
-from .rows import Reads, dump, host_identity, now
+from ..rows import Reads, dump, host_identity, now
+from .files import SessionLocks, create_private, person_sentence
+from .schema import MIGRATIONS, SCHEMA_VERSION, version_problem
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteJournal"]
-
-MIGRATIONS: tuple[str, ...] = (
-    # 0 -> 1
-    """
-    CREATE TABLE checkpoints (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        label TEXT,
-        created_at TEXT NOT NULL,
-        last_change_id INTEGER NOT NULL
-    );
-    CREATE TABLE changes (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        checkpoint_id INTEGER REFERENCES checkpoints(id),
-        tool TEXT NOT NULL,
-        classification TEXT NOT NULL,
-        status TEXT NOT NULL,
-        args TEXT NOT NULL,
-        snapshot TEXT,
-        snapshot_error TEXT,
-        result TEXT,
-        error TEXT,
-        pid INTEGER NOT NULL,
-        created_at TEXT NOT NULL,
-        completed_at TEXT,
-        undone_at TEXT,
-        undo_note TEXT
-    );
-    CREATE INDEX changes_open ON changes (undone_at, id);
-    CREATE TABLE compensations (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        change_id INTEGER NOT NULL REFERENCES changes(id),
-        step INTEGER NOT NULL,
-        tool TEXT NOT NULL,
-        args TEXT NOT NULL,
-        status TEXT NOT NULL,
-        result TEXT,
-        error TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE INDEX compensations_change ON compensations (change_id, step);
-    """,
-    # 1 -> 2: sessions (several proxies on one journal), in-doubt compensations, drift checks
-    """
-    ALTER TABLE checkpoints ADD COLUMN session TEXT;
-    ALTER TABLE changes ADD COLUMN session TEXT;
-    ALTER TABLE changes ADD COLUMN post_state TEXT;
-    ALTER TABLE changes ADD COLUMN post_state_error TEXT;
-    ALTER TABLE compensations ADD COLUMN pid INTEGER;
-    CREATE INDEX changes_session ON changes (session, id);
-    """,
-    # 2 -> 3: agents (a proxy restarted continues its agent), liveness by lock, not by pid
-    """
-    CREATE TABLE sessions (
-        id TEXT PRIMARY KEY,
-        agent TEXT,
-        named INTEGER NOT NULL DEFAULT 0,
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,
-        started_at TEXT NOT NULL,
-        ended_at TEXT
-    );
-    INSERT INTO sessions (id, agent, host, pid, started_at, ended_at)
-        SELECT session, session, '', 0, MIN(created_at), MIN(created_at) FROM (
-            SELECT session, created_at FROM changes
-            UNION ALL SELECT session, created_at FROM checkpoints
-        ) WHERE session IS NOT NULL GROUP BY session;
-    ALTER TABLE checkpoints ADD COLUMN agent TEXT;
-    ALTER TABLE changes ADD COLUMN agent TEXT;
-    ALTER TABLE compensations ADD COLUMN session TEXT;
-    UPDATE checkpoints SET agent = session;
-    UPDATE changes SET agent = session;
-    CREATE INDEX changes_agent ON changes (agent, id);
-    """,
-    # 3 -> 4: decisions (calls a person approved or refused, calls the registry denies)
-    """
-    CREATE TABLE decisions (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        tool TEXT NOT NULL,
-        classification TEXT NOT NULL,
-        args TEXT NOT NULL,
-        answer TEXT NOT NULL,
-        reason TEXT,
-        last_change_id INTEGER NOT NULL,
-        last_checkpoint_id INTEGER NOT NULL,
-        created_at TEXT NOT NULL,
-        session TEXT,
-        agent TEXT
-    );
-    CREATE INDEX decisions_agent ON decisions (agent, id);
-    """,
-    # 4 -> 5: shared scopes (a team's proxies undo each other's changes when they opt in)
-    """
-    ALTER TABLE sessions ADD COLUMN scope TEXT;
-    ALTER TABLE checkpoints ADD COLUMN scope TEXT;
-    ALTER TABLE changes ADD COLUMN scope TEXT;
-    ALTER TABLE decisions ADD COLUMN scope TEXT;
-    CREATE INDEX changes_scope ON changes (scope, id);
-    """,
-)
-"""The schema, one script per version: entry N takes a journal from version N to N + 1."""
-
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def _create_private(path: Path) -> None:
-    """Create the file readable by the owner only; SQLite gives its -wal and -shm the same mode."""
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    os.close(fd)
-    os.chmod(path, 0o600)
-
-
-class _SessionLocks:
-    """Which sessions are alive: each live session holds an exclusive `flock` on a file of its
-    own in `<journal>-sessions/`. The operating system drops the lock the moment its process
-    ends, however it ends, so unlike a process id it cannot be mistaken for a new process that
-    got the same id (containers, where the proxy is often pid 1, or a busy host)."""
-
-    def __init__(self, journal: Path) -> None:
-        self.folder = journal.with_name(journal.name + "-sessions")
-
-    def _file(self, session: str) -> Path:
-        return self.folder / f"{session}.lock"
-
-    def hold(self, session: str) -> int:
-        """Take the lock of a new session; the descriptor to keep open while it lives."""
-        self.folder.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(self._file(session), os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise
-        return fd
-
-    def release(self, session: str, fd: int) -> None:
-        with contextlib.suppress(OSError):
-            self._file(session).unlink()
-        os.close(fd)
-
-    def alive(self, session: str) -> bool:
-        """Whether the session's lock is held. When that cannot be told (a lock file that
-        cannot be opened), alive: the safe side, which never re-runs or settles its work."""
-        try:
-            fd = os.open(self._file(session), os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        except OSError:
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:  # held (BlockingIOError), or not to be told
-            return True
-        finally:
-            os.close(fd)
-        return False
-
-    def forget(self, session: str) -> None:
-        """Remove the lock file of a session found dead."""
-        with contextlib.suppress(OSError):
-            self._file(session).unlink()
-
-
-_PERSON_FIXES = (
-    # (SQLite's error code, its standard message, what a person can do about it)
-    ("SQLITE_FULL", "database or disk is full", "the journal's disk is full; free some space"),
-    (
-        "SQLITE_READONLY",
-        "readonly database",
-        "the journal file is read-only; make it writable or pass --db with a writable path",
-    ),
-    (
-        "SQLITE_BUSY",
-        "database is locked",
-        "the journal stayed locked by another process for too long; find the process holding "
-        "it (fuser FILE)",
-    ),
-    (
-        "SQLITE_IOERR",
-        "disk I/O error",
-        "the journal cannot be written to its disk (full, or failing); free some space",
-    ),
-    (
-        "SQLITE_CORRUPT",
-        "disk image is malformed",
-        "the journal file is damaged; keep a copy and check it with "
-        "`sqlite3 FILE 'PRAGMA integrity_check'`",
-    ),
-    (
-        "SQLITE_CANTOPEN",
-        "unable to open database file",
-        "the journal file cannot be opened; check the path and its folder",
-    ),
-)
-
-
-def _person_sentence(exc: sqlite3.Error) -> str:
-    """What a person can do about a SQLite error: from its error code where Python gives it
-    (3.11 on), else from SQLite's standard message for that code."""
-    name = str(getattr(exc, "sqlite_errorname", "") or "")
-    for code, message, fix in _PERSON_FIXES:
-        if name.startswith(code) or message in str(exc):
-            return fix
-    return "SQLite's own words follow"
+__all__ = ["SQLiteJournal"]
 
 
 class SQLiteJournal(Reads):
@@ -251,7 +49,7 @@ class SQLiteJournal(Reads):
     new one. So a proxy that is restarted (after a crash, or for every new conversation)
     continues its agent, while proxies that run at the same time are separate agents.
     `person=True` is a person at a terminal: its session works for no agent. A session is
-    alive while its process holds its lock (`_SessionLocks`).
+    alive while its process holds its lock (`SessionLocks` (files.py)).
     """
 
     def __init__(
@@ -270,7 +68,7 @@ class SQLiteJournal(Reads):
         self.scope = None if person else scope
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._lock = threading.Lock()
-        self._locks = _SessionLocks(self.path)
+        self._locks = SessionLocks(self.path)
         self._held: int | None = None
         if read_only:
             self._open_read_only()
@@ -278,7 +76,7 @@ class SQLiteJournal(Reads):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.exists():
-                _create_private(self.path)
+                create_private(self.path)
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=10.0
             )
@@ -377,20 +175,7 @@ class SQLiteJournal(Reads):
             ) from exc
         if version != SCHEMA_VERSION:
             self._db.close()
-            raise JournalError(self._version_problem(version))
-
-    def _version_problem(self, version: int) -> str:
-        if version > SCHEMA_VERSION:
-            return (
-                f"journal {self.path} has schema version {version}, newer than this "
-                f"compensator understands ({SCHEMA_VERSION}). Upgrade mcp-compensator."
-            )
-        if version == 0:
-            return f"{self.path} is not a journal written by compensator (no schema version)."
-        return (
-            f"journal {self.path} has schema version {version}, older than this compensator "
-            f"reads ({SCHEMA_VERSION}). Start `compensator serve` on it once to migrate it."
-        )
+            raise JournalError(version_problem(self.path, version))
 
     def _configure(self) -> None:
         # Switching a new file to WAL takes an exclusive lock, and SQLite answers "locked" at
@@ -412,7 +197,7 @@ class SQLiteJournal(Reads):
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise JournalError(self._version_problem(version))
+            raise JournalError(version_problem(self.path, version))
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._transaction() as tx:
                 # Read again inside the write lock: another process opening the same new
@@ -442,7 +227,7 @@ class SQLiteJournal(Reads):
                 raise
 
     def _failed(self, action: str, exc: sqlite3.Error) -> JournalError:
-        return JournalError(f"cannot {action} journal {self.path}: {_person_sentence(exc)} ({exc})")
+        return JournalError(f"cannot {action} journal {self.path}: {person_sentence(exc)} ({exc})")
 
     def close(self) -> None:
         if self._held is not None:

@@ -1,0 +1,382 @@
+"""The PostgreSQL journal's store: sessions, and every write in one short transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ...errors import JournalError
+from ..records import (
+    Checkpoint,
+    Compensation,
+    Intent,
+    Session,
+    Status,
+    StepOutcome,
+    StepStatus,
+)
+from ..rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
+from .connection import DEFAULT_LEASE, Connection
+from .schema import (
+    LOCK_CLASS,
+    ORDER_LOCK,
+    SESSIONS_LOCK,
+    check_version_read_only,
+    create_or_migrate,
+    one,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresJournal"]
+
+_ALIVE = """(s.ended_at IS NULL AND s.lease_until > now() AND EXISTS (
+    SELECT 1 FROM pg_catalog.pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                        WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = s.lock_key))"""
+"""When session row `s` is alive: not ended, its lease current, and the advisory lock its
+connection took still held (PostgreSQL drops it the moment that connection ends, so a killed
+proxy is dead at once, while a hung or cut-off one is dead once its lease runs out)."""
+
+
+class PostgresJournal(Connection, Reads):
+    """A `JournalStore` in a PostgreSQL database: the tables live in its `compensator` schema,
+    created on first use; one connection per store, in autocommit mode, every write one
+    statement or one short transaction.
+
+    Liveness: each writing session holds a session-level advisory lock on its connection and
+    a lease in its `sessions` row that a background thread renews every third of `lease`
+    seconds. It counts as alive while both hold, so a proxy killed on any machine is dead as
+    soon as PostgreSQL sees its connection close, and one that hangs or is cut off is dead
+    once its lease runs out; process ids play no part. Lease times are the database server's
+    clock, so machines whose clocks disagree still agree on who is alive.
+
+    Ordering: change and checkpoint ids are handed out under one transaction-level advisory
+    lock, so they follow commit order across every connection and "after checkpoint N"
+    means the same to every machine. Claiming a compensating step locks the change's row.
+
+    A lost connection (the server restarted, or its backend was killed) is opened again on
+    the next write, which is then retried once when it cannot have been applied twice:
+    intents and checkpoints carry a per-session request number the database keeps unique.
+    Until the database answers, every write raises JournalError, so the proxy refuses
+    mutating calls and reads go on.
+
+    `fsync=True` sets `synchronous_commit = on` for the session (the server's default), in
+    case the server was configured to skip it.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        fsync: bool = False,
+        agent: str | None = None,
+        person: bool = False,
+        scope: str | None = None,
+        lease: float = DEFAULT_LEASE,
+    ) -> None:
+        self.session = uuid.uuid4().hex
+        self.agent: str | None = None
+        self.scope = None if person else scope
+        self._lock_key = secrets.randbits(62)
+        self._requests = 0
+        super().__init__(url, read_only=read_only, fsync=fsync, lease=lease)
+        try:
+            if read_only:
+                self._run(lambda conn: check_version_read_only(conn, self._location))
+                return
+            self._run(lambda conn: create_or_migrate(conn, self._location), write=True)
+            self._run(lambda conn: self._begin_session(conn, agent, person=person), write=True)
+            self._started = True
+            self.recover_abandoned()
+        except BaseException:
+            self._close_connection()
+            raise
+        self._start_renewing()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=15)  # longer than a connection attempt may take
+        if self._started:
+            with contextlib.suppress(JournalError):
+                self._run(
+                    lambda conn: conn.execute(
+                        "UPDATE sessions SET ended_at = %s WHERE id = %s", (now(), self.session)
+                    ),
+                )
+            self._started = False
+        self._close_connection()  # which drops the session's advisory lock
+
+    def _begin_session(
+        self, conn: psycopg.Connection[Any], name: str | None, *, person: bool
+    ) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, SESSIONS_LOCK))
+        self._end_dead_sessions(conn)
+        if person:
+            agent = None
+        elif name is not None:
+            agent = name
+        else:
+            # The newest unnamed agent of this host none of whose sessions is alive, else a
+            # new one: a proxy never carries on the work of an agent on another machine.
+            row = conn.execute(
+                "SELECT agent FROM sessions WHERE NOT named AND agent IS NOT NULL "
+                "AND host = %s AND agent NOT IN (SELECT agent FROM sessions "
+                "WHERE ended_at IS NULL AND agent IS NOT NULL) ORDER BY seq DESC LIMIT 1",
+                (host_identity(),),
+            ).fetchone()
+            agent = row["agent"] if row is not None else self.session[:8]
+        conn.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
+        conn.execute(
+            "INSERT INTO sessions (id, agent, named, host, pid, scope, started_at, lease_until, "
+            "lock_key) VALUES (%s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s), %s)",
+            (
+                self.session,
+                agent,
+                name is not None,
+                host_identity(),
+                os.getpid(),
+                self.scope,
+                now(),
+                self._lease,
+                self._lock_key,
+            ),
+        )
+        self.agent = agent
+
+    def _end_dead_sessions(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(
+            f"UPDATE sessions s SET ended_at = %s WHERE s.ended_at IS NULL AND s.id <> %s "
+            f"AND NOT {_ALIVE}",
+            (now(), self.session),
+        )
+
+    def _request(self) -> int:
+        self._requests += 1
+        return self._requests
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def create_checkpoint(self, label: str | None) -> Checkpoint:
+        created = now()
+        request = self._request()
+
+        def body(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+            # The lock in a statement of its own: the INSERT's snapshot is then taken once the
+            # lock is held, so it sees every change committed before the checkpoint (a
+            # statement's snapshot is taken when it starts, before it waits for a lock).
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
+            row = conn.execute(
+                "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
+                "scope, request) SELECT %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
+                "%s, %s, %s, %s ON CONFLICT (session, request) DO NOTHING "
+                f"RETURNING {CHECKPOINT_COLUMNS}",
+                (
+                    label,
+                    created,
+                    self.session,
+                    self.agent,
+                    self.scope,
+                    request,
+                ),
+            ).fetchone()
+            if row is None:  # a retry after the first attempt was kept
+                row = conn.execute(
+                    f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints "
+                    "WHERE session = %s AND request = %s",
+                    (self.session, request),
+                ).fetchone()
+            return one(row)
+
+        return Checkpoint(**self._write(body))
+
+    # -- changes -------------------------------------------------------------------------
+
+    def record_intent(self, intent: Intent) -> int:
+        request = self._request()
+        values = (
+            LOCK_CLASS,
+            ORDER_LOCK,
+            self.agent,
+            intent.tool,
+            intent.classification,
+            Status.PENDING,
+            dump(dict(intent.args)),
+            dump(intent.snapshot),
+            intent.snapshot_error,
+            os.getpid(),
+            now(),
+            self.session,
+            self.agent,
+            self.scope,
+            request,
+        )
+
+        def body(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                "WITH ordered AS (SELECT pg_advisory_xact_lock(%s, %s)) "
+                "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
+                "snapshot, snapshot_error, pid, created_at, session, agent, scope, request) "
+                "SELECT (SELECT MAX(id) FROM checkpoints WHERE agent IS NOT DISTINCT FROM %s), "
+                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM ordered "
+                "ON CONFLICT (session, request) DO NOTHING RETURNING id",
+                values,
+            ).fetchone()
+            if row is None:  # a retry after the first attempt was kept
+                row = conn.execute(
+                    "SELECT id FROM changes WHERE session = %s AND request = %s",
+                    (self.session, request),
+                ).fetchone()
+            return int(one(row)["id"])
+
+        return self._run(body)
+
+    def record_outcome(
+        self, change_id: int, *, status: str, result: Any = None, error: str | None = None
+    ) -> None:
+        self._statement(
+            "UPDATE changes SET status = %s, result = %s, error = %s, completed_at = %s "
+            "WHERE id = %s",
+            (status, dump(result), error, now(), change_id),
+        )
+
+    def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
+        self._statement(
+            "UPDATE changes SET post_state = %s, post_state_error = %s WHERE id = %s",
+            (None if error else dump(state), error, change_id),
+        )
+
+    def recover_abandoned(self) -> int:
+        def body(conn: psycopg.Connection[Any]) -> int:
+            self._end_dead_sessions(conn)
+            cursor = conn.execute(
+                "UPDATE changes c SET status = %s, error = %s WHERE c.status = %s "
+                "AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session "
+                "AND s.ended_at IS NULL)",
+                (
+                    Status.UNKNOWN,
+                    "the proxy stopped before the outcome of this call was recorded",
+                    Status.PENDING,
+                ),
+            )
+            return cursor.rowcount
+
+        return self._write(body)
+
+    def sessions(self) -> list[Session]:
+        rows = self._query(
+            f"SELECT s.id, s.agent, s.host, s.pid, s.scope, s.started_at, s.ended_at, "
+            f"{_ALIVE} AS alive FROM sessions s ORDER BY s.seq",
+            (),
+        )
+        return [Session(**row) for row in rows]
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def record_decision(
+        self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
+    ) -> int:
+        def body(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                "INSERT INTO decisions (tool, classification, args, answer, reason, "
+                "last_change_id, last_checkpoint_id, created_at, session, agent, scope) VALUES "
+                "(%s, %s, %s, %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
+                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), %s, %s, %s, %s) RETURNING id",
+                (
+                    tool,
+                    classification,
+                    dump(args),
+                    answer,
+                    reason,
+                    now(),
+                    self.session,
+                    self.agent,
+                    self.scope,
+                ),
+            ).fetchone()
+            return int(one(row)["id"])
+
+        return self._write(body)
+
+    # -- compensations -------------------------------------------------------------------
+
+    def record_step_started(
+        self, change_id: int, step: int, tool: str, args: Any, *, after: int | None = None
+    ) -> int | None:
+        """The change's row is locked while the step is checked and claimed, so two sessions
+        on any machines never both run it."""
+
+        def body(conn: psycopg.Connection[Any]) -> int | None:
+            conn.execute("SELECT id FROM changes WHERE id = %s FOR UPDATE", (change_id,))
+            newest = one(
+                conn.execute(
+                    "SELECT MAX(id) AS newest FROM compensations "
+                    "WHERE change_id = %s AND step = %s",
+                    (change_id, step),
+                )
+            )["newest"]
+            if newest != after:
+                return None
+            row = conn.execute(
+                "INSERT INTO compensations "
+                "(change_id, step, tool, args, status, created_at, pid, session) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                (
+                    change_id,
+                    step,
+                    tool,
+                    dump(args),
+                    StepStatus.STARTED,
+                    now(),
+                    os.getpid(),
+                    self.session,
+                ),
+            ).fetchone()
+            return int(one(row)["id"])
+
+        return self._write(body)
+
+    def record_step_outcome(
+        self, compensation_id: int, outcome: StepOutcome, *, undone: tuple[int, str] | None = None
+    ) -> None:
+        """A change is never marked undone without the record that proves it."""
+
+        def body(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "UPDATE compensations SET status = %s, result = %s, error = %s WHERE id = %s",
+                (outcome.status, dump(outcome.result), outcome.error, compensation_id),
+            )
+            if undone is not None:
+                _mark_undone(conn, *undone)
+
+        self._write(body)
+
+    def mark_undone(self, change_id: int, note: str) -> None:
+        self._run(lambda conn: _mark_undone(conn, change_id, note))
+
+    def started_elsewhere(self, record: Compensation) -> bool:
+        if (
+            record.status != StepStatus.STARTED
+            or record.session is None
+            or record.session == self.session
+        ):
+            return False
+        rows = self._query(
+            f"SELECT {_ALIVE} AS alive FROM sessions s WHERE s.id = %s", (record.session,)
+        )
+        return bool(rows and rows[0]["alive"])
+
+
+def _mark_undone(conn: psycopg.Connection[Any], change_id: int, note: str) -> None:
+    conn.execute(
+        "UPDATE changes SET undone_at = %s, undo_note = %s WHERE id = %s AND undone_at IS NULL",
+        (now(), note, change_id),
+    )
