@@ -28,6 +28,9 @@ in a shuffled order, so a machine that gets busier hurts them all alike.
    and on PostgreSQL with synchronous_commit=off (JQ); and the same from 8 stores at once, a
    thread each (JP x8, JS x8), against 1 (JP x1), --calls (or --per-proxy) each per round:
    whether the journal itself serializes writers, with little of the CPU that MCP costs.
+   JS- and JP- are JS and JP by a store that appends no links to the hash chain (a switch
+   for this benchmark): JS - JS- is what the chain adds to a mutating call's writes, against
+   a target of at most +0.05 ms on SQLite.
 
 3. Several proxies at once, each its own process with its own MCP client session, its own
    downstream process and workdir (so the downstream is never shared) and its own
@@ -77,6 +80,8 @@ from compensator.journal import Intent, JournalStore, Status, open_journal  # no
 
 CONFIG = HERE / "bench.yaml"
 TARGET_MS = 1.0
+CHAIN_TARGET_MS = 0.05
+"""What the hash chain may add to a mutating call's journal writes on SQLite (issue 34)."""
 """The issue's target: journaling on PostgreSQL adds at most this much to a mutating call."""
 
 NO_WAIT = "options=-c%20synchronous_commit%3Doff"
@@ -264,6 +269,14 @@ async def burst(
     tally.seconds += time.perf_counter() - started
 
 
+def unchained(journal: JournalStore) -> JournalStore:
+    """A store that appends no links to the hash chain: the baseline of what the chain costs
+    (its own journal file; on PostgreSQL its changes are outside the chain, which nothing here
+    verifies)."""
+    journal._chained = False  # type: ignore[attr-defined]  # a switch for this benchmark only
+    return journal
+
+
 def journal_call(journal: JournalStore) -> Callable[[], Awaitable[None]]:
     """What the proxy writes for one journaled call, straight to the store."""
     intent = Intent(tool="bench__bump", classification="reversible", args={"by": 1})
@@ -372,6 +385,8 @@ async def run(url: str, options: Options) -> None:
                 "JS": [open_journal(tmp / "alone.db") for _ in hosts],
                 "JP": [open_journal(url) for _ in hosts],
                 "JQ": [open_journal(with_param(url, NO_WAIT))],
+                "JS-": [unchained(open_journal(tmp / "unchained.db"))],
+                "JP-": [unchained(open_journal(url))],
             }
             try:
                 await rounds(sessions, writers, hosts, options, tallies)
@@ -380,10 +395,12 @@ async def run(url: str, options: Options) -> None:
                     journal.close()
     # Through PostgreSQL: P+, Q+, the bursts on it, and JP / JQ: one change per call.
     written = sum(
-        len(tally.samples) for key, tally in tallies.items() if key in ("P+", "Q+", "JP", "JQ")
+        len(tally.samples)
+        for key, tally in tallies.items()
+        if key in ("P+", "Q+", "JP", "JQ", "JP-")
     )
     written += sum(len(tallies[key].samples) for key in tallies if key.startswith(("PG", "JP ")))
-    written += options.warmup * 4  # P+, Q+, JP, JQ warmed up with mutating calls
+    written += options.warmup * 5  # P+, Q+, JP, JQ, JP- warmed up with mutating calls
     written += options.warmup * (len(hosts) - 1)  # the other PostgreSQL proxies' warm-up
     report(tallies, options)
     print(check_postgres_journal(url, before, written, [*hosts, "host-no-wait"]))
@@ -462,6 +479,8 @@ LABELS = {
     "JS": "journal alone, SQLite: intent + outcome",
     "JP": "journal alone, PostgreSQL: intent + outcome",
     "JQ": "journal alone, PostgreSQL, sync_commit=off",
+    "JS-": "journal alone, SQLite, no hash chain",
+    "JP-": "journal alone, PostgreSQL, no hash chain",
 }
 
 
@@ -490,6 +509,12 @@ def report(tallies: dict[str, Tally], options: Options) -> None:
     )
     print(f"PostgreSQL - SQLite, journal alone (JP - JS)           {ms['JP'] - ms['JS']:+7.3f} ms")
     print(f"WAL flush wait, journal alone (JP - JQ)                {ms['JP'] - ms['JQ']:+7.3f} ms")
+    chain = {"S": ms["JS"] - ms["JS-"], "P": ms["JP"] - ms["JP-"]}
+    print(f"what the hash chain adds, journal alone: SQLite (JS - JS-) {chain['S']:+7.3f} ms")
+    print(f"                                    PostgreSQL (JP - JP-) {chain['P']:+7.3f} ms")
+    verdict = "met" if chain["S"] <= CHAIN_TARGET_MS else "MISSED"
+    print(f"TARGET the hash chain on SQLite <= +{CHAIN_TARGET_MS:.3f} ms per mutating call: "
+          f"{verdict} ({chain['S']:+.3f} ms)")  # fmt: skip
     verdict = "met" if adds["P"] <= TARGET_MS else "MISSED"
     print(f"TARGET journaling on PostgreSQL <= +{TARGET_MS:.3f} ms per mutating call: {verdict} "
           f"({adds['P']:+.3f} ms)")  # fmt: skip

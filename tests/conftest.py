@@ -17,6 +17,7 @@ import pytest
 from pytest_compensator.client import ProxyClient, launch_proxy
 
 from .faults import tally
+from .journals import address, open_journal  # noqa: F401  (shared fixtures)
 from .postgres import postgres_url, postgresql, postgresql_proc  # noqa: F401  (shared fixtures)
 
 pytest_plugins = ["pytester"]

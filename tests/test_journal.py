@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -25,57 +24,12 @@ from compensator.journal import (
     StepOutcome,
     StepStatus,
     default_journal_path,
-    is_postgres_url,
 )
 from compensator.journal import SQLiteJournal as Journal
 from compensator.journal import open_journal as open_store
 
 from .faults import tally
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres_journal)])
-def address(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a test's journal is: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return str(tmp_path / "j.db")
-    return str(request.getfixturevalue("postgres_url"))
-
-
-@pytest.fixture
-def open_journal():
-    """Open journals (a path or URL, as --db takes it) and close them all afterwards (3.13
-    warns about unclosed connections)."""
-    opened: list[JournalStore] = []
-
-    def open_(target: str | Path, **options: Any) -> Any:
-        opened.append(open_store(_target(str(target)), **options))
-        return opened[-1]
-
-    yield open_
-    for journal in opened:
-        journal.close()
-
-
-def _target(address: str) -> str | Path:
-    return address if is_postgres_url(address) else Path(address)
-
-
-def raw(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(path, isolation_level=None)
-
-
-def sql(address: str, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run one statement on the journal's database behind the store's back (`?` placeholders,
-    table names unqualified) and return its rows."""
-    if not is_postgres_url(address):
-        db = raw(Path(address))
-        try:
-            return db.execute(statement, params).fetchall()
-        finally:
-            db.close()
-    with psycopg.connect(address, autocommit=True, options="-c search_path=compensator") as db:
-        cursor = db.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
-        return cursor.fetchall() if cursor.description else []
+from .journals import raw, sql, target
 
 
 def test_new_journal_is_private_versioned_and_in_wal_mode(tmp_path: Path):
@@ -198,7 +152,7 @@ def test_a_live_sessions_step_is_started_elsewhere_for_another_store(address, op
 
 def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(address, open_journal):
     path = address
-    first = open_store(_target(path))
+    first = open_store(target(path))
     agent = first.agent
     checkpoint = first.create_checkpoint("before")
     first.record_intent(Intent(tool="s__a", classification="reversible", args={}))
@@ -209,10 +163,10 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(addr
     concurrent = open_journal(path)  # while the second runs: another agent
     assert concurrent.agent not in (None, agent)
     theirs = concurrent.record_intent(Intent(tool="s__c", classification="reversible", args={}))
-    named = open_store(_target(path), agent="team")
+    named = open_store(target(path), agent="team")
     assert named.agent == "team"
     named.close()
-    again = open_store(_target(path), agent="team")
+    again = open_store(target(path), agent="team")
     assert again.agent == "team"
     again.close()
     assert [c.tool for c in second.open_changes(checkpoint, agent=agent)] == ["s__b", "s__a"]
@@ -221,7 +175,7 @@ def test_a_restarted_session_continues_its_agent_and_concurrent_ones_do_not(addr
     assert second.change(later).agent == agent
     assert [cp.id for cp in second.checkpoints(agent)] == [checkpoint.id]
     assert second.checkpoints(concurrent.agent) == []
-    person = open_store(_target(path), person=True)
+    person = open_store(target(path), person=True)
     assert person.agent is None
     person.close()
     # A person's session is never continued: the next proxy is still the first agent's.
@@ -335,7 +289,7 @@ def test_read_only_sees_a_live_writer_and_changes_nothing(address: str, open_jou
     writer = open_journal(path)
     orphan = writer.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     sql(path, "UPDATE changes SET pid = ? WHERE id = ?", (2**22 + 12345, orphan))
-    reader = open_store(_target(path), read_only=True)
+    reader = open_store(target(path), read_only=True)
     try:
         # No recovery on a read-only open: the abandoned call is left for the proxy to settle.
         assert reader.change(orphan).status == Status.PENDING
@@ -432,7 +386,7 @@ def test_a_journal_of_schema_3_migrates_and_keeps_its_changes(tmp_path: Path):
     db.close()
     journal = Journal(path)
     try:
-        assert journal.pragma("user_version") == SCHEMA_VERSION == 5
+        assert journal.pragma("user_version") == SCHEMA_VERSION == 6
         assert journal.decisions() == []
         journal.record_decision(
             tool="s__a", classification="reversible", args={}, answer=Answer.DENIED
@@ -477,7 +431,7 @@ def test_sessions_say_where_they_ran_and_whether_they_still_run(
     address, open_journal, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("COMPENSATOR_HOST", "machine-a")
-    first = open_store(_target(address), scope="team")
+    first = open_store(target(address), scope="team")
     monkeypatch.setenv("COMPENSATOR_HOST", "machine-b")
     second = open_journal(address)
     rows = {s.id: s for s in second.sessions()}
@@ -526,6 +480,7 @@ def test_a_postgres_journal_keeps_to_its_own_schema(postgres_url: str, open_jour
             "WHERE table_schema = 'compensator' ORDER BY 1"
         ).fetchall()
     assert [t for (t,) in tables] == [
+        "chain",
         "changes",
         "checkpoints",
         "compensations",
@@ -623,7 +578,7 @@ def test_a_proxy_carries_on_only_an_agent_of_its_own_host(
     address: str, open_journal, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setenv("COMPENSATOR_HOST", "alice-laptop")
-    alice = open_store(_target(address))
+    alice = open_store(target(address))
     alice.record_intent(Intent(tool="s__a", classification="reversible", args={}))
     alice.close()
     monkeypatch.setenv("COMPENSATOR_HOST", "bob-desktop")

@@ -32,6 +32,7 @@ from .terminal import Cell, Column, Rule, Styler, render_table, terminal_width
 
 if TYPE_CHECKING:
     from ..journal import JournalStore
+    from ..journal.chain import Verdict
     from ..proxy.late import LatePolicy
 
 __all__ = ["ANSWER_TEXT", "LOG_EPILOG", "Listing", "add_log_arguments", "run_log", "select"]
@@ -318,6 +319,7 @@ examples:
   compensator log --db ./journal.db --all              # undone changes and failed calls too
   compensator log --db ./journal.db --json | jq '.changes[].tool'
   compensator log --db postgresql://me@db.internal/journal --sessions   # a team's journal
+  compensator log --config compensators.yaml --verify  # has anyone rewritten the journal?
 
 Changes are listed newest first with the checkpoints between them, and the calls a person
 was asked to approve or the registry denied (CHANGE "-"; STATUS says "approved by the
@@ -328,6 +330,16 @@ agent); --agent NAME shows one agent's. When the changes came from more than one
 with --sessions, a FROM column gives the host and session of each, and the sessions are
 listed below (host, agent, scope, process, when they ran). The journal is opened read-only:
 it is safe while a proxy writes it, and a missing journal is an error (exit 1).
+
+--verify checks the journal's hash chain instead: every write to a checkpoint, change,
+decision or compensating step is a link holding the hash of what was written and of the link
+before it. It says that the chain holds, with the number of links and the last one's hash
+(exit 0), or names the first link or record that breaks it (exit 1): a record changed,
+deleted or added since it was written, or a link changed, removed or added. With
+$COMPENSATOR_JOURNAL_KEY set when the proxy wrote the journal, the hashes are HMACs and the
+same key must be set to verify; without a key, someone who rewrites the whole chain goes
+unnoticed. A journal cut back to an earlier point still holds, but ends at another hash:
+keep the last line of an earlier --verify to compare.
 """
 
 
@@ -360,6 +372,39 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="say which host and session each change came from, and list every session",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the journal's hash chain: that no record was changed, deleted or added "
+        "since it was written (exit 1 names the first that was)",
+    )
+
+
+def _print_verdict(verdict: Verdict, location: str, as_json: bool) -> int:
+    """Say what `log --verify` found; exit 0 when the chain holds, else 1."""
+    head = None if verdict.head is None else {"link": verdict.head[0], "hash": verdict.head[1]}
+    if as_json:
+        shown = {
+            "journal": location,
+            "holds": verdict.holds,
+            "links": verdict.links,
+            "keyed": verdict.keyed,
+            "last": head,
+            "problem": verdict.problem,
+            "problems": verdict.problems,
+        }
+        print(json.dumps(shown, indent=2))
+    elif verdict.holds:
+        kind = "HMAC-SHA256, keyed" if verdict.keyed else "SHA-256, not keyed"
+        last = "" if head is None else f"; the last is link {head['link']}, {head['hash']}"
+        print(f"the journal's chain holds: {plural(verdict.links, 'link')} ({kind}){last}")
+        print(f"journal: {location}")
+    else:
+        more = verdict.problems - 1
+        also = f" ({plural(more, 'more problem')} after it)" if more else ""
+        print(f"the journal's chain is broken: {verdict.problem}{also}")
+        print(f"journal: {location}")
+    return 0 if verdict.holds else 1
 
 
 def _late_policies(config: Path, changes: Sequence[Change]) -> dict[int, LatePolicy]:
@@ -398,6 +443,10 @@ def run_log(args: argparse.Namespace) -> int:
                 "was given, or the journal itself with --db"
             )
         journal = open_journal(journal_path(args.db, args.config), read_only=True)
+        if args.verify:
+            from ..journal.chain import journal_key
+
+            return _print_verdict(journal.verify_chain(journal_key()), journal.location, args.json)
         listing = select(
             journal,
             checkpoint_id=args.checkpoint,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import JournalError
+from .chain import Verdict
 from .records import Change, Checkpoint, Compensation, Decision, Intent, Session, StepOutcome
 from .sqlite import SQLiteJournal
 
@@ -159,6 +160,13 @@ class JournalStore(Protocol):
     def started_elsewhere(self, record: Compensation) -> bool:
         """Whether `record` is a step that another live session started and has not finished:
         then nobody else may run it."""
+        ...
+
+    # -- the hash chain ------------------------------------------------------------------
+
+    def verify_chain(self, key: bytes | None) -> Verdict:
+        """Check the journal's hash chain (chain.py) and its records against it, in one
+        consistent read; `key` is the HMAC key the journal was written with (None: none)."""
         ...
 
 

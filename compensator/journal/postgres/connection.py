@@ -326,10 +326,6 @@ class Connection:
     def _write(self, body: Callable[[psycopg.Connection[Any]], T]) -> T:
         return self._run(body, write=True)
 
-    def _statement(self, sql: str, params: Sequence[Any]) -> None:
-        """One write statement that is safe to repeat, in its own transaction."""
-        self._run(lambda conn: conn.execute(sql, params))  # type: ignore[call-overload]
-
     def _select(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
         # The shared reads write `?`; psycopg's placeholder is %s (no `?` operator is used).
         return self._query(sql.replace("?", "%s"), params)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JournalError
+from ..chain import CHAINED, existing_links, journal_key
 from ..sqlite import SCHEMA_VERSION
+from ..sqlite.schema import CHAIN_VERSION
 
 if TYPE_CHECKING:
     import psycopg
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CREATE",
     "FIRST_VERSION",
+    "INSERT_LINK",
     "LOCK_CLASS",
     "MIGRATIONS",
     "ORDER_LOCK",
@@ -120,9 +123,25 @@ CREATE INDEX decisions_agent ON {SCHEMA_NAME}.decisions (agent, id)
 """
 """The schema at FIRST_VERSION, created in one transaction."""
 
-MIGRATIONS: dict[int, str] = {}
+MIGRATIONS: dict[int, str] = {
+    # the hash chain (a tamper-evident journal); then the records already there are linked
+    5: f"""
+    CREATE TABLE {SCHEMA_NAME}.chain (
+        seq bigint PRIMARY KEY,
+        tbl text NOT NULL,
+        row_id bigint NOT NULL,
+        state bytea NOT NULL,
+        keyed boolean NOT NULL,
+        hash bytea NOT NULL
+    )
+    """,
+}
 """Entry N takes a PostgreSQL journal from version N to N + 1 (N >= FIRST_VERSION); each new
 SQLite migration gets its PostgreSQL twin here."""
+
+INSERT_LINK = (
+    "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash) VALUES (%s, %s, %s, %s, %s, %s)"
+)
 
 # Advisory locks: (class, object) pairs for the journal's own transactions, in a class of
 # their own so they never meet an application's; a session's liveness lock is one bigint.
@@ -183,6 +202,8 @@ def create_or_migrate(conn: psycopg.Connection[Any], location: str) -> None:
         for statement in MIGRATIONS[current].split(";"):
             if statement.strip():
                 conn.execute(statement)  # type: ignore[call-overload]
+        if current + 1 == CHAIN_VERSION:
+            _link_existing(conn)
     conn.execute("UPDATE schema_version SET version = %s", (SCHEMA_VERSION,))
 
 
@@ -192,3 +213,15 @@ def one(found: Any) -> dict[str, Any]:
     if row is None:  # pragma: no cover - a statement that always returns a row
         raise JournalError("the journal database returned no row where one was certain")
     return dict(row)
+
+
+def _link_existing(conn: psycopg.Connection[Any]) -> None:
+    """Link the records a journal held before it had a chain."""
+    rows = {
+        table: conn.execute(
+            f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id"  # type: ignore[call-overload]
+        ).fetchall()
+        for table, columns in CHAINED.items()
+    }
+    for link in existing_links(rows, journal_key()):
+        conn.execute(INSERT_LINK, link.row())

@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JournalError
+from ..chain import CHAINED, Verdict, journal_key, next_link, verify
 from ..records import (
     Checkpoint,
     Compensation,
@@ -21,6 +22,7 @@ from ..records import (
 from ..rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
 from .connection import DEFAULT_LEASE, Connection
 from .schema import (
+    INSERT_LINK,
     LOCK_CLASS,
     ORDER_LOCK,
     SESSIONS_LOCK,
@@ -87,6 +89,8 @@ class PostgresJournal(Connection, Reads):
         self.scope = None if person else scope
         self._lock_key = secrets.randbits(62)
         self._requests = 0
+        self._key = journal_key()
+        self._chained = True  # benchmarks/journal.py turns it off to measure what it costs
         super().__init__(url, read_only=read_only, fsync=fsync, lease=lease)
         try:
             if read_only:
@@ -188,7 +192,9 @@ class PostgresJournal(Connection, Reads):
                     request,
                 ),
             ).fetchone()
-            if row is None:  # a retry after the first attempt was kept
+            if row is not None:
+                self._link(conn, "checkpoints", row)
+            else:  # a retry after the first attempt was kept
                 row = conn.execute(
                     f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints "
                     "WHERE session = %s AND request = %s",
@@ -202,23 +208,19 @@ class PostgresJournal(Connection, Reads):
 
     def record_intent(self, intent: Intent) -> int:
         request = self._request()
-        values = (
-            LOCK_CLASS,
-            ORDER_LOCK,
-            self.agent,
-            intent.tool,
-            intent.classification,
-            Status.PENDING,
-            dump(dict(intent.args)),
-            dump(intent.snapshot),
-            intent.snapshot_error,
-            os.getpid(),
-            now(),
-            self.session,
-            self.agent,
-            self.scope,
-            request,
-        )
+        values = {
+            "tool": intent.tool,
+            "classification": intent.classification,
+            "status": Status.PENDING,
+            "args": dump(dict(intent.args)),
+            "snapshot": dump(intent.snapshot),
+            "snapshot_error": intent.snapshot_error,
+            "pid": os.getpid(),
+            "created_at": now(),
+            "session": self.session,
+            "agent": self.agent,
+            "scope": self.scope,
+        }
 
         def body(conn: psycopg.Connection[Any]) -> int:
             row = conn.execute(
@@ -227,47 +229,46 @@ class PostgresJournal(Connection, Reads):
                 "snapshot, snapshot_error, pid, created_at, session, agent, scope, request) "
                 "SELECT (SELECT MAX(id) FROM checkpoints WHERE agent IS NOT DISTINCT FROM %s), "
                 "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM ordered "
-                "ON CONFLICT (session, request) DO NOTHING RETURNING id",
-                values,
+                "ON CONFLICT (session, request) DO NOTHING RETURNING id, checkpoint_id",
+                (LOCK_CLASS, ORDER_LOCK, self.agent, *values.values(), request),
             ).fetchone()
-            if row is None:  # a retry after the first attempt was kept
+            if row is not None:
+                self._link(conn, "changes", {**values, **row})
+            else:  # a retry after the first attempt was kept
                 row = conn.execute(
                     "SELECT id FROM changes WHERE session = %s AND request = %s",
                     (self.session, request),
                 ).fetchone()
             return int(one(row)["id"])
 
-        return self._run(body)
+        return self._write(body)
 
     def record_outcome(
         self, change_id: int, *, status: str, result: Any = None, error: str | None = None
     ) -> None:
-        self._statement(
-            "UPDATE changes SET status = %s, result = %s, error = %s, completed_at = %s "
-            "WHERE id = %s",
-            (status, dump(result), error, now(), change_id),
-        )
+        values = {"status": status, "result": dump(result), "error": error, "completed_at": now()}
+        self._write(lambda conn: self._update(conn, "changes", change_id, values))
 
     def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
-        self._statement(
-            "UPDATE changes SET post_state = %s, post_state_error = %s WHERE id = %s",
-            (None if error else dump(state), error, change_id),
-        )
+        values = {"post_state": None if error else dump(state), "post_state_error": error}
+        self._write(lambda conn: self._update(conn, "changes", change_id, values))
 
     def recover_abandoned(self) -> int:
         def body(conn: psycopg.Connection[Any]) -> int:
             self._end_dead_sessions(conn)
-            cursor = conn.execute(
+            values = {
+                "status": Status.UNKNOWN,
+                "error": "the proxy stopped before the outcome of this call was recorded",
+            }
+            rows = conn.execute(
                 "UPDATE changes c SET status = %s, error = %s WHERE c.status = %s "
                 "AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = c.session "
-                "AND s.ended_at IS NULL)",
-                (
-                    Status.UNKNOWN,
-                    "the proxy stopped before the outcome of this call was recorded",
-                    Status.PENDING,
-                ),
-            )
-            return cursor.rowcount
+                f"AND s.ended_at IS NULL) RETURNING c.id, {_chained('changes', 'c.')}",
+                (*values.values(), Status.PENDING),
+            ).fetchall()
+            for row in sorted(rows, key=lambda row: int(row["id"])):
+                self._link(conn, "changes", row)
+            return len(rows)
 
         return self._write(body)
 
@@ -284,25 +285,32 @@ class PostgresJournal(Connection, Reads):
     def record_decision(
         self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
     ) -> int:
+        values = {
+            "tool": tool,
+            "classification": classification,
+            "args": dump(args),
+            "answer": answer,
+            "reason": reason,
+            "created_at": now(),
+            "session": self.session,
+            "agent": self.agent,
+            "scope": self.scope,
+        }
+
         def body(conn: psycopg.Connection[Any]) -> int:
-            row = conn.execute(
-                "INSERT INTO decisions (tool, classification, args, answer, reason, "
-                "last_change_id, last_checkpoint_id, created_at, session, agent, scope) VALUES "
-                "(%s, %s, %s, %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
-                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), %s, %s, %s, %s) RETURNING id",
-                (
-                    tool,
-                    classification,
-                    dump(args),
-                    answer,
-                    reason,
-                    now(),
-                    self.session,
-                    self.agent,
-                    self.scope,
-                ),
-            ).fetchone()
-            return int(one(row)["id"])
+            row = one(
+                conn.execute(
+                    "INSERT INTO decisions (tool, classification, args, answer, reason, "
+                    "created_at, session, agent, scope, last_change_id, last_checkpoint_id) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                    "(SELECT COALESCE(MAX(id), 0) FROM changes), "
+                    "(SELECT COALESCE(MAX(id), 0) FROM checkpoints)) "
+                    "RETURNING id, last_change_id, last_checkpoint_id",
+                    tuple(values.values()),
+                )
+            )
+            self._link(conn, "decisions", {**values, **row})
+            return int(row["id"])
 
         return self._write(body)
 
@@ -325,22 +333,26 @@ class PostgresJournal(Connection, Reads):
             )["newest"]
             if newest != after:
                 return None
-            row = conn.execute(
-                "INSERT INTO compensations "
-                "(change_id, step, tool, args, status, created_at, pid, session) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (
-                    change_id,
-                    step,
-                    tool,
-                    dump(args),
-                    StepStatus.STARTED,
-                    now(),
-                    os.getpid(),
-                    self.session,
-                ),
-            ).fetchone()
-            return int(one(row)["id"])
+            values = {
+                "change_id": change_id,
+                "step": step,
+                "tool": tool,
+                "args": dump(args),
+                "status": StepStatus.STARTED,
+                "created_at": now(),
+                "pid": os.getpid(),
+                "session": self.session,
+            }
+            row = one(
+                conn.execute(
+                    "INSERT INTO compensations "
+                    "(change_id, step, tool, args, status, created_at, pid, session) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                    tuple(values.values()),
+                )
+            )
+            self._link(conn, "compensations", {**values, **row})
+            return int(row["id"])
 
         return self._write(body)
 
@@ -350,17 +362,19 @@ class PostgresJournal(Connection, Reads):
         """A change is never marked undone without the record that proves it."""
 
         def body(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(
-                "UPDATE compensations SET status = %s, result = %s, error = %s WHERE id = %s",
-                (outcome.status, dump(outcome.result), outcome.error, compensation_id),
-            )
+            values = {
+                "status": outcome.status,
+                "result": dump(outcome.result),
+                "error": outcome.error,
+            }
+            self._update(conn, "compensations", compensation_id, values)
             if undone is not None:
-                _mark_undone(conn, *undone)
+                self._mark_undone(conn, *undone)
 
         self._write(body)
 
     def mark_undone(self, change_id: int, note: str) -> None:
-        self._run(lambda conn: _mark_undone(conn, change_id, note))
+        self._write(lambda conn: self._mark_undone(conn, change_id, note))
 
     def started_elsewhere(self, record: Compensation) -> bool:
         if (
@@ -374,9 +388,58 @@ class PostgresJournal(Connection, Reads):
         )
         return bool(rows and rows[0]["alive"])
 
+    # -- the hash chain -----------------------------------------------------------------
 
-def _mark_undone(conn: psycopg.Connection[Any], change_id: int, note: str) -> None:
-    conn.execute(
-        "UPDATE changes SET undone_at = %s, undo_note = %s WHERE id = %s AND undone_at IS NULL",
-        (now(), note, change_id),
-    )
+    def _update(
+        self, conn: psycopg.Connection[Any], table: str, row_id: int, values: dict[str, Any]
+    ) -> None:
+        """Set `values` on a record (the columns are the store's own names), linked."""
+        assignments = ", ".join(f"{column} = %s" for column in values)
+        row = conn.execute(
+            f"UPDATE {table} SET {assignments} WHERE id = %s "  # type: ignore[call-overload]
+            f"RETURNING id, {_chained(table)}",
+            (*values.values(), row_id),
+        ).fetchone()
+        if row is not None:
+            self._link(conn, table, row)
+
+    def _mark_undone(self, conn: psycopg.Connection[Any], change_id: int, note: str) -> None:
+        row = conn.execute(
+            "UPDATE changes SET undone_at = %s, undo_note = %s "  # type: ignore[call-overload]
+            f"WHERE id = %s AND undone_at IS NULL RETURNING id, {_chained('changes')}",
+            (now(), note, change_id),
+        ).fetchone()
+        if row is not None:
+            self._link(conn, "changes", row)
+
+    def _link(self, conn: psycopg.Connection[Any], table: str, record: dict[str, Any]) -> None:
+        """Append the link of a write that left `record` (id and chained columns) in `table`,
+        in this transaction, under the order lock: links follow commit order on every machine."""
+        if not self._chained:
+            return
+        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
+        last = conn.execute("SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+        previous = None if last is None else (int(last["seq"]), bytes(last["hash"]))
+        conn.execute(INSERT_LINK, next_link(previous, table, record, self._key).row())
+
+    def verify_chain(self, key: bytes | None) -> Verdict:
+        def read(conn: psycopg.Connection[Any]) -> Verdict:
+            with conn.transaction():  # one snapshot: a proxy may be writing meanwhile
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                links = conn.execute(
+                    "SELECT seq, tbl, row_id, state, keyed, hash FROM chain ORDER BY seq"
+                ).fetchall()
+                rows = {
+                    table: conn.execute(
+                        f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id"  # type: ignore[call-overload]
+                    ).fetchall()
+                    for table, columns in CHAINED.items()
+                }
+            return verify(links, rows, key)
+
+        return self._run(read)
+
+
+def _chained(table: str, prefix: str = "") -> str:
+    """The chained columns of `table`, for a RETURNING or SELECT list."""
+    return ", ".join(prefix + column for column in CHAINED[table])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "version_problem"]
+__all__ = ["CHAIN_VERSION", "MIGRATIONS", "SCHEMA_VERSION", "version_problem"]
 
 MIGRATIONS: tuple[str, ...] = (
     # 0 -> 1
@@ -104,10 +104,26 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE decisions ADD COLUMN scope TEXT;
     CREATE INDEX changes_scope ON changes (scope, id);
     """,
+    # 5 -> 6: the hash chain (a tamper-evident journal); the store then links the records
+    # already there (chain.existing_links)
+    """
+    CREATE TABLE chain (
+        seq INTEGER PRIMARY KEY,
+        tbl TEXT NOT NULL,
+        row_id INTEGER NOT NULL,
+        state BLOB NOT NULL,
+        keyed INTEGER NOT NULL,
+        hash BLOB NOT NULL
+    );
+    """,
 )
 """The schema, one script per version: entry N takes a journal from version N to N + 1."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+CHAIN_VERSION = 6
+"""The version that brought the hash chain: a journal migrated to it gets links for the
+records it holds."""
 
 
 def version_problem(path: Path, version: int) -> str:

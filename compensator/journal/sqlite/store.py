@@ -8,11 +8,12 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import JournalError
+from ..chain import CHAINED, Verdict, existing_links, journal_key, next_link, verify
 from ..records import (
     Checkpoint,
     Compensation,
@@ -24,7 +25,7 @@ from ..records import (
 )
 from ..rows import Reads, dump, host_identity, now
 from .files import SessionLocks, create_private, person_sentence
-from .schema import MIGRATIONS, SCHEMA_VERSION, version_problem
+from .schema import CHAIN_VERSION, MIGRATIONS, SCHEMA_VERSION, version_problem
 
 __all__ = ["SQLiteJournal"]
 
@@ -67,6 +68,8 @@ class SQLiteJournal(Reads):
         self.agent: str | None = None
         self.scope = None if person else scope
         self._synchronous = "FULL" if fsync else "NORMAL"
+        self._key = journal_key()
+        self._chained = True  # benchmarks/journal.py turns it off to measure what it costs
         self._lock = threading.Lock()
         self._locks = SessionLocks(self.path)
         self._held: int | None = None
@@ -205,6 +208,8 @@ class SQLiteJournal(Reads):
                 if tx.scalar("PRAGMA user_version") >= target:
                     continue
                 tx.run_script(MIGRATIONS[target - 1])
+                if target == CHAIN_VERSION:
+                    tx.link_existing()
                 tx.execute(f"PRAGMA user_version={target}")
 
     @contextlib.contextmanager
@@ -216,7 +221,7 @@ class SQLiteJournal(Reads):
             except sqlite3.Error as exc:
                 raise self._failed("write", exc) from exc
             try:
-                yield _Tx(self._db)
+                yield _Tx(self._db, self._key if self._chained else False)
                 self._db.execute("COMMIT")
             except BaseException as exc:
                 if self._db.in_transaction:
@@ -245,10 +250,16 @@ class SQLiteJournal(Reads):
         with self._transaction() as tx:
             last = tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes")
             created = now()
-            checkpoint_id = tx.insert(
-                "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
-                "scope) VALUES (?, ?, ?, ?, ?, ?)",
-                (label, created, last, self.session, self.agent, self.scope),
+            checkpoint_id = tx.add(
+                "checkpoints",
+                {
+                    "label": label,
+                    "created_at": created,
+                    "last_change_id": last,
+                    "session": self.session,
+                    "agent": self.agent,
+                    "scope": self.scope,
+                },
             )
         return Checkpoint(
             id=checkpoint_id,
@@ -267,41 +278,40 @@ class SQLiteJournal(Reads):
             checkpoint = tx.scalar(
                 "SELECT MAX(id) FROM checkpoints WHERE agent IS ?", (self.agent,)
             )
-            return tx.insert(
-                "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
-                "snapshot, snapshot_error, pid, created_at, session, agent, scope) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    checkpoint,
-                    intent.tool,
-                    intent.classification,
-                    Status.PENDING,
-                    dump(dict(intent.args)),
-                    dump(intent.snapshot),
-                    intent.snapshot_error,
-                    os.getpid(),
-                    now(),
-                    self.session,
-                    self.agent,
-                    self.scope,
-                ),
+            return tx.add(
+                "changes",
+                {
+                    "checkpoint_id": checkpoint,
+                    "tool": intent.tool,
+                    "classification": intent.classification,
+                    "status": Status.PENDING,
+                    "args": dump(dict(intent.args)),
+                    "snapshot": dump(intent.snapshot),
+                    "snapshot_error": intent.snapshot_error,
+                    "pid": os.getpid(),
+                    "created_at": now(),
+                    "session": self.session,
+                    "agent": self.agent,
+                    "scope": self.scope,
+                },
             )
 
     def record_outcome(
         self, change_id: int, *, status: str, result: Any = None, error: str | None = None
     ) -> None:
         with self._transaction() as tx:
-            tx.execute(
-                "UPDATE changes SET status = ?, result = ?, error = ?, completed_at = ? "
-                "WHERE id = ?",
-                (status, dump(result), error, now(), change_id),
+            tx.update(
+                "changes",
+                change_id,
+                {"status": status, "result": dump(result), "error": error, "completed_at": now()},
             )
 
     def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
         with self._transaction() as tx:
-            tx.execute(
-                "UPDATE changes SET post_state = ?, post_state_error = ? WHERE id = ?",
-                (None if error else dump(state), error, change_id),
+            tx.update(
+                "changes",
+                change_id,
+                {"post_state": None if error else dump(state), "post_state_error": error},
             )
 
     def recover_abandoned(self) -> int:
@@ -314,13 +324,13 @@ class SQLiteJournal(Reads):
                 (Status.PENDING,),
             ).fetchall()
             for row in rows:
-                tx.execute(
-                    "UPDATE changes SET status = ?, error = ? WHERE id = ?",
-                    (
-                        Status.UNKNOWN,
-                        "the proxy stopped before the outcome of this call was recorded",
-                        row["id"],
-                    ),
+                tx.update(
+                    "changes",
+                    row["id"],
+                    {
+                        "status": Status.UNKNOWN,
+                        "error": "the proxy stopped before the outcome of this call was recorded",
+                    },
                 )
         return len(rows)
 
@@ -344,22 +354,21 @@ class SQLiteJournal(Reads):
         self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
     ) -> int:
         with self._transaction() as tx:
-            return tx.insert(
-                "INSERT INTO decisions (tool, classification, args, answer, reason, "
-                "last_change_id, last_checkpoint_id, created_at, session, agent, scope) VALUES "
-                "(?, ?, ?, ?, ?, (SELECT COALESCE(MAX(id), 0) FROM changes), "
-                "(SELECT COALESCE(MAX(id), 0) FROM checkpoints), ?, ?, ?, ?)",
-                (
-                    tool,
-                    classification,
-                    dump(args),
-                    answer,
-                    reason,
-                    now(),
-                    self.session,
-                    self.agent,
-                    self.scope,
-                ),
+            return tx.add(
+                "decisions",
+                {
+                    "tool": tool,
+                    "classification": classification,
+                    "args": dump(args),
+                    "answer": answer,
+                    "reason": reason,
+                    "last_change_id": tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes"),
+                    "last_checkpoint_id": tx.scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints"),
+                    "created_at": now(),
+                    "session": self.session,
+                    "agent": self.agent,
+                    "scope": self.scope,
+                },
             )
 
     # -- compensations ----------------------------------------------------------------
@@ -375,20 +384,18 @@ class SQLiteJournal(Reads):
             )
             if newest != after:
                 return None
-            return tx.insert(
-                "INSERT INTO compensations "
-                "(change_id, step, tool, args, status, created_at, pid, session) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    change_id,
-                    step,
-                    tool,
-                    dump(args),
-                    StepStatus.STARTED,
-                    now(),
-                    os.getpid(),
-                    self.session,
-                ),
+            return tx.add(
+                "compensations",
+                {
+                    "change_id": change_id,
+                    "step": step,
+                    "tool": tool,
+                    "args": dump(args),
+                    "status": StepStatus.STARTED,
+                    "created_at": now(),
+                    "pid": os.getpid(),
+                    "session": self.session,
+                },
             )
 
     def record_step_outcome(
@@ -396,9 +403,14 @@ class SQLiteJournal(Reads):
     ) -> None:
         """A change is never marked undone without the record that proves it."""
         with self._transaction() as tx:
-            tx.execute(
-                "UPDATE compensations SET status = ?, result = ?, error = ? WHERE id = ?",
-                (outcome.status, dump(outcome.result), outcome.error, compensation_id),
+            tx.update(
+                "compensations",
+                compensation_id,
+                {
+                    "status": outcome.status,
+                    "result": dump(outcome.result),
+                    "error": outcome.error,
+                },
             )
             if undone is not None:
                 tx.mark_undone(*undone)
@@ -427,16 +439,47 @@ class SQLiteJournal(Reads):
     def _select(self, sql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
         return [dict(row) for row in self._query(sql, params)]
 
+    def verify_chain(self, key: bytes | None) -> Verdict:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")  # one snapshot: a proxy may be writing meanwhile
+                try:
+                    links = self._db.execute(
+                        "SELECT seq, tbl, row_id, state, keyed, hash FROM chain ORDER BY seq"
+                    ).fetchall()
+                    rows = _chained_rows(self._db)
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._failed("read", exc) from exc
+        return verify(links, rows, key)
+
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
         rows = self._query(sql, params)
         return rows[0] if rows else None
 
 
-class _Tx:
-    """The connection inside one transaction, with the few helpers the writes share."""
+def _chained_rows(db: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
+    """Every chained record, per table, by id: what the chain is checked against."""
+    return {
+        table: [
+            dict(row)
+            for row in db.execute(f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id")
+        ]
+        for table, columns in CHAINED.items()
+    }
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+
+_INSERT_LINK = "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+class _Tx:
+    """The connection inside one transaction, with the few helpers the writes share: `add`
+    and `update` also append the write's link to the hash chain (chain.py)."""
+
+    def __init__(self, db: sqlite3.Connection, key: bytes | Literal[False] | None) -> None:
         self._db = db
+        self._key = key  # False: not chained (benchmarks only)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
@@ -444,11 +487,44 @@ class _Tx:
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._db.execute(sql, params).fetchone()[0]
 
-    def insert(self, sql: str, params: Sequence[Any]) -> int:
-        """Run an INSERT; the id SQLite gave the new row."""
-        row_id = self._db.execute(sql, params).lastrowid
+    def add(self, table: str, values: dict[str, Any]) -> int:
+        """Insert a record (the columns are the store's own names); the id SQLite gave it."""
+        marks = ", ".join("?" * len(values))
+        row_id = self._db.execute(
+            f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})", tuple(values.values())
+        ).lastrowid
         assert row_id is not None
+        self._link(table, {"id": row_id, **values})
         return row_id
+
+    def update(self, table: str, row_id: int, values: dict[str, Any], *, where: str = "") -> None:
+        """Set `values` on a record (when `where`, an extra condition, holds for it)."""
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        cursor = self._db.execute(
+            f"UPDATE {table} SET {assignments} WHERE id = ?{where}", (*values.values(), row_id)
+        )
+        if cursor.rowcount:
+            self._link(table, self._chained_row(table, row_id))
+
+    def _chained_row(self, table: str, row_id: int) -> dict[str, Any]:
+        columns = ", ".join(CHAINED[table])
+        row = self._db.execute(f"SELECT id, {columns} FROM {table} WHERE id = ?", (row_id,))
+        return dict(row.fetchone())
+
+    def _link(self, table: str, record: Mapping[str, Any]) -> None:
+        """Append the link of a write that left `record` (id and chained columns) in `table`;
+        the transaction's write lock keeps links in commit order."""
+        if self._key is False:
+            return
+        last = self._db.execute("SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+        link = next_link(None if last is None else (last[0], last[1]), table, record, self._key)
+        self._db.execute(_INSERT_LINK, link.row())
+
+    def link_existing(self) -> None:
+        """Link the records a journal held before it had a chain."""
+        rows = _chained_rows(self._db)
+        for link in existing_links(rows, self._key or None):
+            self._db.execute(_INSERT_LINK, link.row())
 
     def run_script(self, script: str) -> None:
         # executescript() would COMMIT the open transaction; run statements one by one.
@@ -457,7 +533,9 @@ class _Tx:
                 self._db.execute(statement)
 
     def mark_undone(self, change_id: int, note: str) -> None:
-        self._db.execute(
-            "UPDATE changes SET undone_at = ?, undo_note = ? WHERE id = ? AND undone_at IS NULL",
-            (now(), note, change_id),
+        self.update(
+            "changes",
+            change_id,
+            {"undone_at": now(), "undo_note": note},
+            where=" AND undone_at IS NULL",
         )

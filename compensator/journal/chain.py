@@ -1,0 +1,275 @@
+"""The journal's hash chain: every write to its records also appends a link that holds the
+hash of the record as it stands after the write and the hash of the link before it, so that a
+record changed, deleted or added afterwards by anything but a store is found by `verify`.
+
+A link names the record (`table`, `row_id`) and holds `state`, the SHA-256 of the record's
+chained columns after the write; its own `hash` covers its number, the link before it and
+that. Holding the state's hash rather than the values keeps the chain small (about 90 bytes a
+link, two links for most calls) and still catches any edit: the newest link of each record
+must match the record as it is now. The hash is SHA-256, or HMAC-SHA256 when the journal key
+(`$COMPENSATOR_JOURNAL_KEY`) is set, which someone who rewrites the whole chain cannot
+recompute without the key. The stores append links inside the transaction of the write, in
+commit order. Sessions (liveness bookkeeping) are not chained.
+
+Pure: no I/O, no database; the stores read and write the links.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CHAINED",
+    "KEY_VARIABLE",
+    "Link",
+    "Verdict",
+    "existing_links",
+    "journal_key",
+    "next_link",
+    "verify",
+]
+
+KEY_VARIABLE = "COMPENSATOR_JOURNAL_KEY"
+"""The environment variable whose value keys the chain's hashes (HMAC-SHA256) when set."""
+
+GENESIS = bytes(32)
+"""What the first link names as the hash before it."""
+
+CHAINED: dict[str, tuple[str, ...]] = {
+    "checkpoints": ("label", "created_at", "last_change_id", "session", "agent", "scope"),
+    "changes": (
+        "checkpoint_id",
+        "tool",
+        "classification",
+        "status",
+        "args",
+        "snapshot",
+        "snapshot_error",
+        "result",
+        "error",
+        "pid",
+        "created_at",
+        "completed_at",
+        "undone_at",
+        "undo_note",
+        "session",
+        "agent",
+        "scope",
+        "post_state",
+        "post_state_error",
+    ),
+    "compensations": (
+        "change_id",
+        "step",
+        "tool",
+        "args",
+        "status",
+        "result",
+        "error",
+        "created_at",
+        "pid",
+        "session",
+    ),
+    "decisions": (
+        "tool",
+        "classification",
+        "args",
+        "answer",
+        "reason",
+        "last_change_id",
+        "last_checkpoint_id",
+        "created_at",
+        "session",
+        "agent",
+        "scope",
+    ),
+}
+"""The tables whose records are chained, and their columns (besides `id`), in one order."""
+
+_NOUNS = {
+    "checkpoints": "checkpoint",
+    "changes": "change",
+    "compensations": "compensation",
+    "decisions": "decision",
+}
+
+# Compact: a state's hash is over this text, so it must be the same on every machine.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """One link as stored: its number (from 1, in commit order), the record it wrote, the
+    hash of that record's state after the write, whether its hash is keyed, and its hash."""
+
+    seq: int
+    table: str
+    row_id: int
+    state: bytes
+    keyed: bool
+    hash: bytes
+
+    def row(self) -> tuple[int, str, int, bytes, bool, bytes]:
+        return (self.seq, self.table, self.row_id, self.state, self.keyed, self.hash)
+
+
+def journal_key(environ: Mapping[str, str] = os.environ) -> bytes | None:
+    """The key from `$COMPENSATOR_JOURNAL_KEY`, or None when it is unset or empty."""
+    value = environ.get(KEY_VARIABLE)
+    return value.encode() if value else None
+
+
+def state_hash(table: str, record: Mapping[str, Any]) -> bytes:
+    """The SHA-256 of a record's chained columns (a column it lacks counts as NULL)."""
+    values = [record.get(column) for column in CHAINED[table]]
+    return hashlib.sha256(_ENCODER.encode(values).encode()).digest()
+
+
+def _seal(seq: int, prev: bytes, table: str, row_id: int, state: bytes, key: bytes | None) -> bytes:
+    message = b"%d\n%s\n%s\n%d\n%s" % (seq, prev, table.encode(), row_id, state)
+    if key is None:
+        return hashlib.sha256(message).digest()
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def next_link(
+    last: tuple[int, bytes] | None,
+    table: str,
+    record: Mapping[str, Any],
+    key: bytes | None,
+) -> Link:
+    """The link after `last` (its number and hash; None for the first link) for a write that
+    left `record` (its `id` and chained columns) in `table`."""
+    seq, prev = (1, GENESIS) if last is None else (last[0] + 1, bytes(last[1]))
+    row_id, state = int(record["id"]), state_hash(table, record)
+    return Link(
+        seq=seq,
+        table=table,
+        row_id=row_id,
+        state=state,
+        keyed=key is not None,
+        hash=_seal(seq, prev, table, row_id, state, key),
+    )
+
+
+def existing_links(
+    rows: Mapping[str, Iterable[Mapping[str, Any]]], key: bytes | None
+) -> list[Link]:
+    """Links for the records already in a journal that had no chain yet (a journal migrated
+    to the version that brought it): table by table in `CHAINED`'s order, by id."""
+    links: list[Link] = []
+    last: tuple[int, bytes] | None = None
+    for table in CHAINED:
+        for row in rows.get(table, ()):
+            link = next_link(last, table, row, key)
+            links.append(link)
+            last = (link.seq, link.hash)
+    return links
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """What `verify` found: how many links, the last one's number and hash (hex), whether
+    they are keyed, and the first problem in words with how many there are (none: the chain
+    holds)."""
+
+    links: int
+    head: tuple[int, str] | None
+    keyed: bool
+    problem: str | None = None
+    problems: int = 0
+
+    @property
+    def holds(self) -> bool:
+        return self.problem is None
+
+
+def verify(
+    links: Iterable[Mapping[str, Any]],
+    rows: Mapping[str, Iterable[Mapping[str, Any]]],
+    key: bytes | None,
+) -> Verdict:
+    """Check the links (in `seq` order) against each other, then the records in `rows` (per
+    table, each with `id` and `CHAINED`'s columns) against the newest link of each."""
+    newest: dict[tuple[str, int], Link] = {}
+    count, head, keyed = 0, None, False
+    for stored in links:
+        link = Link(
+            seq=int(stored["seq"]),
+            table=stored["tbl"],
+            row_id=int(stored["row_id"]),
+            state=bytes(stored["state"]),
+            keyed=bool(stored["keyed"]),
+            hash=bytes(stored["hash"]),
+        )
+        problem = _link_problem(link, head, key)
+        if problem is not None:
+            shown = None if head is None else (head[0], head[1].hex())
+            return Verdict(links=count, head=shown, keyed=keyed, problem=problem, problems=1)
+        newest[(link.table, link.row_id)] = link
+        count, head, keyed = count + 1, (link.seq, link.hash), keyed or link.keyed
+    found = _record_problems(newest, rows)
+    return Verdict(
+        links=count,
+        head=None if head is None else (head[0], head[1].hex()),
+        keyed=keyed,
+        problem=found[0] if found else None,
+        problems=len(found),
+    )
+
+
+def _link_problem(link: Link, head: tuple[int, bytes] | None, key: bytes | None) -> str | None:
+    expected = 1 if head is None else head[0] + 1
+    if link.seq != expected:
+        missing = "the first" if head is None else f"link {expected}"
+        return f"link {link.seq} comes where {missing} should be: links were removed"
+    if link.table not in CHAINED:
+        return f"link {link.seq} names {link.table!r}, which is not a table the journal chains"
+    if link.keyed and key is None:
+        return (
+            f"link {link.seq} is keyed: set {KEY_VARIABLE} to the key the journal was "
+            "written with to check it"
+        )
+    if not link.keyed and key is not None:
+        return (
+            f"link {link.seq} is not keyed, but {KEY_VARIABLE} is set: it was written "
+            "without the key, or rewritten by someone who lacked it"
+        )
+    prev = GENESIS if head is None else head[1]
+    sealed = _seal(link.seq, prev, link.table, link.row_id, link.state, key)
+    if not hmac.compare_digest(sealed, link.hash):
+        why = "changed, or the key is not the one it was written with" if key else "changed"
+        return f"link {link.seq} does not match its hash: it, or the link before it, was {why}"
+    return None
+
+
+def _record_problems(
+    newest: Mapping[tuple[str, int], Link], rows: Mapping[str, Iterable[Mapping[str, Any]]]
+) -> list[str]:
+    """Every record that differs from its newest link, is missing, or has none; the first by
+    the number of the link concerned (records no link wrote come last)."""
+    found: list[tuple[float, str]] = []
+    seen: set[tuple[str, int]] = set()
+    for table in CHAINED:
+        for row in rows.get(table, ()):
+            key = (table, int(row["id"]))
+            seen.add(key)
+            name = f"{_NOUNS[table]} {key[1]}"
+            link = newest.get(key)
+            if link is None:
+                added = f"{name} is in no link: something other than compensator added it"
+                found.append((float("inf"), added))
+            elif state_hash(table, row) != link.state:
+                found.append((link.seq, f"{name} was changed after link {link.seq} wrote it"))
+    for key, link in newest.items():
+        if key not in seen:
+            name = f"{_NOUNS[key[0]]} {key[1]}"
+            deleted = f"{name} is missing: link {link.seq} wrote it, and it was deleted"
+            found.append((link.seq, deleted))
+    return [text for _, text in sorted(found, key=lambda item: item[0])]
