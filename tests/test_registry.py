@@ -477,8 +477,33 @@ def test_unknown_keys_everywhere(
 
 def test_unknown_key_without_close_match_lists_allowed(tmp_path: Path) -> None:
     error = load_error(tmp_path, HEAD + "zzz: 1\n", "zzz", "zzz", {})
-    allowed = "include, servers, defaults, checkpoints, state, reset, tools"
+    allowed = "include, servers, defaults, checkpoints, retention, state, reset, tools"
     assert f"Allowed keys: {allowed}." in str(error)
+
+
+def test_retention_is_read_and_its_mistakes_say_how_to_write_it(tmp_path: Path) -> None:
+    registry = load_registry(
+        write(tmp_path, HEAD + "retention: {older_than: 2w, keep_checkpoints: [3, 7]}\n"), {}
+    )
+    assert registry.retention is not None
+    assert (registry.retention.older_than, registry.retention.keep_checkpoints) == (
+        14 * 86400,
+        (3, 7),
+    )
+    assert load_registry(write(tmp_path, HEAD), {}).retention is None
+    error = load_error(
+        tmp_path, HEAD + "retention:\n  older_than: 30 days\n", "retention.older_than", "30 days"
+    )
+    assert "expected a duration, got '30 days'" in str(error) and "e.g. 30d" in str(error)
+    error = load_error(
+        tmp_path,
+        HEAD + "retention:\n  older_than: 30d\n  keep_checkpoints: [3, x]\n",
+        "retention.keep_checkpoints[1]",
+        "keep_checkpoints",
+    )
+    assert "expected a checkpoint id, got 'x'" in str(error)
+    error = load_error(tmp_path, HEAD + "retention:\n  keep: 30d\n", "retention.keep", "keep:")
+    assert "Allowed keys: older_than, keep_checkpoints" in str(error)
 
 
 # -- types and required keys -------------------------------------------------------------

@@ -34,6 +34,7 @@ examples:
   compensator infer --config compensators.yaml
   compensator log --config compensators.yaml
   compensator undo --config compensators.yaml --to 3 --dry-run
+  compensator gc --config compensators.yaml --older-than 30d --dry-run
   compensator explain --config compensators.yaml tasks__delete_task
 
 Point your MCP client at `compensator serve` instead of at the servers themselves
@@ -156,6 +157,13 @@ _COMMANDS = (
         help="undo every change after a checkpoint (shows the plan, then asks)",
         description="Show what undoing to a checkpoint would do, ask, then start the "
         "registry's servers and compensate each change, newest first, reporting each one.",
+    ),
+    _Command(
+        name="gc",
+        help="drop what a journal holds from before a moment, keeping what undo still needs",
+        description="Drop the checkpoints, changes, compensating steps and decisions made "
+        "longer ago than --older-than, except changes that are not settled and what a kept "
+        "checkpoint's undo needs; the hash chain stays verifiable.",
     ),
     _Command(
         name="explain",

@@ -49,6 +49,7 @@ async def serve(
         f", shared scope: {scope}" if scope else "",
     )
     _report_unknown(journal)
+    _retain(registry, journal)
     try:
         if http is not None:
             serving = partial(serve_http, endpoint=http)
@@ -150,6 +151,24 @@ def _warn_long_names(pool: DownstreamPool, client: str = CLIENT_NAME) -> None:
             MAX_NAME_LENGTH,
             fix,
         )
+
+
+def _retain(registry: Registry, journal: JournalStore) -> None:
+    """Drop what the registry's `retention:` says the journal keeps no longer, as `gc` does;
+    a journal that cannot be collected (its chain broken) is served as it is."""
+    if registry.retention is None:
+        return
+    from .gc import before_moment, describe
+
+    retention = registry.retention
+    try:
+        found = journal.collect(
+            before_moment(retention.older_than), keep=retention.keep_checkpoints
+        )
+    except JournalError as exc:
+        log.warning("retention: nothing was dropped from the journal: %s", exc)
+        return
+    log.info("retention: %s", describe(found))
 
 
 def _report_unknown(journal: JournalStore) -> None:

@@ -9,7 +9,6 @@ the `undo_to` and `undo_change` meta tools run, reporting each change as it sett
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..durations import parse_duration
 from ..errors import CompensatorError
 from ..journal import Checkpoint, JournalStore, open_journal
 from ..limits import STARTUP_TIMEOUT
@@ -309,18 +309,14 @@ calls it makes during the undo are not held back. Exit 0 when everything planned
 was needed but stdin is not a terminal (or an argument is malformed).
 """
 
-_DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
-_UNIT = re.compile(r"(\d+)([smhdw])")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """`--since`: a duration back from `now` (2h, 1h30m) or a date and time, naive ones in
     local time; an aware datetime. argparse.ArgumentTypeError (a usage error) otherwise."""
     now = now or datetime.now(timezone.utc)
     value = text.strip()
-    if _DURATION.fullmatch(value):
-        seconds = sum(int(n) * _SECONDS[unit] for n, unit in _UNIT.findall(value))
+    seconds = parse_duration(value)
+    if seconds is not None:
         try:
             return now - timedelta(seconds=seconds)
         except OverflowError:

@@ -27,11 +27,14 @@ from typing import Any
 __all__ = [
     "CHAINED",
     "KEY_VARIABLE",
+    "SUMMARY",
     "Link",
     "Verdict",
     "existing_links",
     "journal_key",
     "next_link",
+    "stored_link",
+    "summary_link",
     "verify",
 ]
 
@@ -103,10 +106,17 @@ _NOUNS = {
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+SUMMARY = "gc"
+"""The `table` of a link that sums up the links `compensator gc` dropped before it: its
+`note` (JSON) says what was dropped, and the number and hash of the last link dropped, from
+which the links kept go on; its `state` is the note's SHA-256."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Link:
     """One link as stored: its number (from 1, in commit order), the record it wrote, the
-    hash of that record's state after the write, whether its hash is keyed, and its hash."""
+    hash of that record's state after the write, whether its hash is keyed, its hash, and for
+    a summary link its note."""
 
     seq: int
     table: str
@@ -114,9 +124,10 @@ class Link:
     state: bytes
     keyed: bool
     hash: bytes
+    note: str | None = None
 
-    def row(self) -> tuple[int, str, int, bytes, bool, bytes]:
-        return (self.seq, self.table, self.row_id, self.state, self.keyed, self.hash)
+    def row(self) -> tuple[int, str, int, bytes, bool, bytes, str | None]:
+        return (self.seq, self.table, self.row_id, self.state, self.keyed, self.hash, self.note)
 
 
 def journal_key(environ: Mapping[str, str] = os.environ) -> bytes | None:
@@ -155,6 +166,25 @@ def next_link(
         state=state,
         keyed=key is not None,
         hash=_seal(seq, prev, table, row_id, state, key),
+    )
+
+
+def summary_link(
+    last: tuple[int, bytes], dropped: tuple[int, bytes], what: Mapping[str, Any], key: bytes | None
+) -> Link:
+    """The link after `last` that says links up to `dropped` (its number and hash) were
+    dropped, with `what` (counts, the cutoff) for a person."""
+    note = _ENCODER.encode({**what, "last_link": dropped[0], "last_hash": dropped[1].hex()})
+    seq, prev = last[0] + 1, bytes(last[1])
+    state = hashlib.sha256(note.encode()).digest()
+    return Link(
+        seq=seq,
+        table=SUMMARY,
+        row_id=dropped[0],
+        state=state,
+        keyed=key is not None,
+        hash=_seal(seq, prev, SUMMARY, dropped[0], state, key),
+        note=note,
     )
 
 
@@ -197,31 +227,56 @@ def verify(
 ) -> Verdict:
     """Check the links (in `seq` order) against each other, then the records in `rows` (per
     table, each with `id` and `CHAINED`'s columns) against the newest link of each."""
+    stored = [stored_link(row) for row in links]
     newest: dict[tuple[str, int], Link] = {}
-    count, head, keyed = 0, None, False
-    for stored in links:
-        link = Link(
-            seq=int(stored["seq"]),
-            table=stored["tbl"],
-            row_id=int(stored["row_id"]),
-            state=bytes(stored["state"]),
-            keyed=bool(stored["keyed"]),
-            hash=bytes(stored["hash"]),
-        )
+    count, keyed = 0, False
+    head = _start(stored)
+    for link in stored:
         problem = _link_problem(link, head, key)
         if problem is not None:
-            shown = None if head is None else (head[0], head[1].hex())
+            shown = None if count == 0 or head is None else (head[0], head[1].hex())
             return Verdict(links=count, head=shown, keyed=keyed, problem=problem, problems=1)
-        newest[(link.table, link.row_id)] = link
+        if link.table != SUMMARY:
+            newest[(link.table, link.row_id)] = link
         count, head, keyed = count + 1, (link.seq, link.hash), keyed or link.keyed
     found = _record_problems(newest, rows)
     return Verdict(
         links=count,
-        head=None if head is None else (head[0], head[1].hex()),
+        head=None if head is None or count == 0 else (head[0], head[1].hex()),
         keyed=keyed,
         problem=found[0] if found else None,
         problems=len(found),
     )
+
+
+def stored_link(row: Mapping[str, Any]) -> Link:
+    """A link as the `chain` table holds it (its columns by name)."""
+    return Link(
+        seq=int(row["seq"]),
+        table=row["tbl"],
+        row_id=int(row["row_id"]),
+        state=bytes(row["state"]),
+        keyed=bool(row["keyed"]),
+        hash=bytes(row["hash"]),
+        note=row["note"],
+    )
+
+
+def _start(links: list[Link]) -> tuple[int, bytes] | None:
+    """The number and hash the first stored link follows: none (it is link 1), or the last
+    link a summary after it says was dropped (a journal `gc` went over)."""
+    if not links or links[0].seq == 1:
+        return None
+    for link in links:
+        if link.table == SUMMARY and link.note is not None:
+            try:
+                note = json.loads(link.note)
+                dropped = (int(note["last_link"]), bytes.fromhex(note["last_hash"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if dropped[0] == links[0].seq - 1:
+                return dropped
+    return None
 
 
 def _link_problem(link: Link, head: tuple[int, bytes] | None, key: bytes | None) -> str | None:
@@ -229,8 +284,12 @@ def _link_problem(link: Link, head: tuple[int, bytes] | None, key: bytes | None)
     if link.seq != expected:
         missing = "the first" if head is None else f"link {expected}"
         return f"link {link.seq} comes where {missing} should be: links were removed"
-    if link.table not in CHAINED:
+    if link.table not in CHAINED and link.table != SUMMARY:
         return f"link {link.seq} names {link.table!r}, which is not a table the journal chains"
+    if link.table == SUMMARY and (
+        link.note is None or hashlib.sha256(link.note.encode()).digest() != link.state
+    ):
+        return f"link {link.seq} sums up links gc dropped, and its note was changed"
     if link.keyed and key is None:
         return (
             f"link {link.seq} is keyed: set {KEY_VARIABLE} to the key the journal was "

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import JournalError
 from .chain import Verdict
 from .records import Change, Checkpoint, Compensation, Decision, Intent, Session, StepOutcome
+from .retention import Collected
 from .sqlite import SQLiteJournal
 
 __all__ = [
@@ -162,7 +164,15 @@ class JournalStore(Protocol):
         then nobody else may run it."""
         ...
 
-    # -- the hash chain ------------------------------------------------------------------
+    # -- the hash chain and retention ----------------------------------------------------
+
+    def collect(
+        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+    ) -> Collected:
+        """Drop what was made before `before` (ISO 8601, UTC) and may go (retention.py), in
+        one transaction; JournalError when the chain does not hold or a `keep` checkpoint
+        does not exist."""
+        ...
 
     def verify_chain(self, key: bytes | None) -> Verdict:
         """Check the journal's hash chain (chain.py) and its records against it, in one

@@ -19,7 +19,16 @@ __all__ = [
     "VERIFY",
 ]
 
-TOP = ("include", "servers", "defaults", "checkpoints", "state", "reset", "tools")
+TOP = (
+    "include",
+    "servers",
+    "defaults",
+    "checkpoints",
+    "retention",
+    "state",
+    "reset",
+    "tools",
+)
 SERVER = (
     "command",
     "args",
@@ -39,6 +48,8 @@ ON_NO_APPROVAL = ("deny", "allow")
 approval when the client cannot ask its person (no `elicitation` capability)."""
 CHECKPOINTS = ("on_session_start", "after_idle")
 """The checkpoints the proxy takes by itself."""
+RETENTION = ("older_than", "keep_checkpoints")
+"""What `serve` drops from its journal at start-up."""
 STATE = ("tool", "args", "select", "unordered")
 RESET = ("tool", "args")
 POLICY = (

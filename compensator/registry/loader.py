@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..classification import Classification
+from ..durations import DURATION_EXAMPLES, parse_duration
 from ..errors import RegistryError, did_you_mean
 from . import keys
 from .model import (
@@ -18,6 +19,7 @@ from .model import (
     Defaults,
     Registry,
     ResetCall,
+    Retention,
     ServerSpec,
     StateProbe,
     ToolPolicy,
@@ -99,6 +101,7 @@ def parse_registry(
         defaults=defaults,
         reset=(*base.reset, *reset),
         checkpoints=_checkpoints(reader, top.get("checkpoints")),
+        retention=_retention(reader, top.get("retention")),
         origins=MappingProxyType(origins),
     )
 
@@ -270,6 +273,29 @@ def _checkpoints(r: Reader, raw: Any) -> AutoCheckpoints:
         on_session_start=r.flag(raw, "on_session_start", "checkpoints"),
         after_idle=r.optional(raw, "after_idle", "checkpoints", r.seconds),
     )
+
+
+def _retention(r: Reader, raw: Any) -> Retention | None:
+    if raw is None:
+        return None
+    raw = r.mapping(raw, "retention", keys.RETENTION, ("older_than",))
+    text = raw["older_than"]
+    seconds = parse_duration(text) if isinstance(text, str) else None
+    if seconds is None:
+        raise r.error(
+            "retention.older_than",
+            f"expected a duration, got {text!r}",
+            f"Write how long the journal keeps what was done, e.g. 30d ({DURATION_EXAMPLES}).",
+        )
+    pins = r.expect(raw.get("keep_checkpoints", []), list, "retention.keep_checkpoints")
+    for index, pin in enumerate(pins):
+        if isinstance(pin, bool) or not isinstance(pin, int) or pin < 1:
+            raise r.error(
+                f"retention.keep_checkpoints[{index}]",
+                f"expected a checkpoint id, got {pin!r}",
+                "Write the ids `compensator log` shows, e.g. [3, 7].",
+            )
+    return Retention(older_than=seconds, keep_checkpoints=tuple(pins))
 
 
 def _calls(r: Reader, raw: Any, section: str, read: Any) -> list[Any]:

@@ -183,6 +183,16 @@ class AutoCheckpoints:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Retention:
+    """What `serve` drops from its journal at start-up, as `compensator gc` does."""
+
+    older_than: int
+    """Seconds: what was made longer ago than this goes (when it may)."""
+    keep_checkpoints: tuple[int, ...] = ()
+    """Checkpoints kept, with every change after them."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Registry:
     """A loaded, validated registry file."""
 
@@ -193,6 +203,7 @@ class Registry:
     defaults: Defaults
     reset: tuple[ResetCall, ...] = ()
     checkpoints: AutoCheckpoints = field(default_factory=AutoCheckpoints)
+    retention: Retention | None = None
     origins: Mapping[str, tuple[Path, str]] = field(default_factory=dict)
     """Where an entry is written when that is not its own key in this file: `tools.NAME`,
     `servers.NAME`, `state[i]` or `reset[i]` -> (the file, the entry's key there); for

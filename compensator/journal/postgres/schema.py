@@ -132,7 +132,8 @@ MIGRATIONS: dict[int, str] = {
         row_id bigint NOT NULL,
         state bytea NOT NULL,
         keyed boolean NOT NULL,
-        hash bytea NOT NULL
+        hash bytea NOT NULL,
+        note text
     )
     """,
 }
@@ -140,7 +141,8 @@ MIGRATIONS: dict[int, str] = {
 SQLite migration gets its PostgreSQL twin here."""
 
 INSERT_LINK = (
-    "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash) VALUES (%s, %s, %s, %s, %s, %s)"
+    "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash, note) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s)"
 )
 
 # Advisory locks: (class, object) pairs for the journal's own transactions, in a class of

@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import uuid
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JournalError
@@ -19,6 +20,7 @@ from ..records import (
     StepOutcome,
     StepStatus,
 )
+from ..retention import Collected, collect
 from ..rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
 from .connection import DEFAULT_LEASE, Connection
 from .schema import (
@@ -422,12 +424,23 @@ class PostgresJournal(Connection, Reads):
         previous = None if last is None else (int(last["seq"]), bytes(last["hash"]))
         conn.execute(INSERT_LINK, next_link(previous, table, record, self._key).row())
 
+    def collect(
+        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+    ) -> Collected:
+        def body(conn: psycopg.Connection[Any]) -> Collected:
+            # Under the order lock: no change, checkpoint or link is written meanwhile.
+            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
+            tx = _Tx(conn)
+            return collect(tx, before=before, keep=keep, key=self._key, dry_run=dry_run)
+
+        return self._write(body)
+
     def verify_chain(self, key: bytes | None) -> Verdict:
         def read(conn: psycopg.Connection[Any]) -> Verdict:
             with conn.transaction():  # one snapshot: a proxy may be writing meanwhile
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 links = conn.execute(
-                    "SELECT seq, tbl, row_id, state, keyed, hash FROM chain ORDER BY seq"
+                    "SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq"
                 ).fetchall()
                 rows = {
                     table: conn.execute(
@@ -443,3 +456,16 @@ class PostgresJournal(Connection, Reads):
 def _chained(table: str, prefix: str = "") -> str:
     """The chained columns of `table`, for a RETURNING or SELECT list."""
     return ", ".join(prefix + column for column in CHAINED[table])
+
+
+class _Tx:
+    """A write transaction as retention.collect takes it (`?` placeholders)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return self._conn.execute(sql.replace("?", "%s"), params).fetchall()  # type: ignore[call-overload, no-any-return]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> object:
+        return self._conn.execute(sql.replace("?", "%s"), params)  # type: ignore[call-overload]

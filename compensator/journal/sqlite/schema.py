@@ -113,7 +113,8 @@ MIGRATIONS: tuple[str, ...] = (
         row_id INTEGER NOT NULL,
         state BLOB NOT NULL,
         keyed INTEGER NOT NULL,
-        hash BLOB NOT NULL
+        hash BLOB NOT NULL,
+        note TEXT
     );
     """,
 )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,11 +24,14 @@ from ..records import (
     StepOutcome,
     StepStatus,
 )
+from ..retention import Collected, collect
 from ..rows import Reads, dump, host_identity, now
 from .files import SessionLocks, create_private, person_sentence
 from .schema import CHAIN_VERSION, MIGRATIONS, SCHEMA_VERSION, version_problem
 
 __all__ = ["SQLiteJournal"]
+
+log = logging.getLogger("compensator.journal")
 
 
 class SQLiteJournal(Reads):
@@ -445,7 +449,7 @@ class SQLiteJournal(Reads):
                 self._db.execute("BEGIN")  # one snapshot: a proxy may be writing meanwhile
                 try:
                     links = self._db.execute(
-                        "SELECT seq, tbl, row_id, state, keyed, hash FROM chain ORDER BY seq"
+                        "SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq"
                     ).fetchall()
                     rows = _chained_rows(self._db)
                 finally:
@@ -453,6 +457,28 @@ class SQLiteJournal(Reads):
             except sqlite3.Error as exc:
                 raise self._failed("read", exc) from exc
         return verify(links, rows, key)
+
+    def collect(
+        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+    ) -> Collected:
+        with self._transaction() as tx:
+            found = collect(tx, before=before, keep=keep, key=self._key, dry_run=dry_run)
+        if found.records and not dry_run:
+            self._compact()
+        return found
+
+    def _compact(self) -> None:
+        """Give the space of what gc dropped back to the file system: VACUUM rewrites the file
+        (through the WAL, which is then emptied). A busy journal keeps its size, and SQLite
+        reuses the free pages."""
+        with self._lock:
+            try:
+                self._db.execute("VACUUM")
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                log.info(
+                    "the journal was not compacted after gc (%s); its free pages are reused", exc
+                )
 
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
         rows = self._query(sql, params)
@@ -470,7 +496,9 @@ def _chained_rows(db: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-_INSERT_LINK = "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash) VALUES (?, ?, ?, ?, ?, ?)"
+_INSERT_LINK = (
+    "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash, note) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class _Tx:
@@ -483,6 +511,9 @@ class _Tx:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self._db.execute(sql, params)
+
+    def select(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self._db.execute(sql, params)]
 
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self._db.execute(sql, params).fetchone()[0]

@@ -1,0 +1,206 @@
+"""`compensator gc`: drop what a journal holds from before a moment, keeping what undo still
+needs and the hash chain verifiable (journal/retention.py says what may go)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..durations import DURATION_EXAMPLES, parse_duration
+from ..errors import CompensatorError
+from .common import db_argument, journal_path, local_time, plural
+
+if TYPE_CHECKING:
+    from ..journal.chain import Verdict
+    from ..journal.retention import Collected
+
+__all__ = ["GC_EPILOG", "add_gc_arguments", "before_moment", "run_gc"]
+
+GC_EPILOG = f"""\
+examples:
+  compensator gc --config compensators.yaml --older-than 30d --dry-run   # what would go
+  compensator gc --config compensators.yaml --older-than 30d
+  compensator gc --db ./journal.db --older-than 2w --keep-checkpoints 3,7
+
+Drops the checkpoints, changes, compensating steps and decisions made before the moment
+--older-than ({DURATION_EXAMPLES}) reaches back to. Never dropped: a change that is not
+settled (its outcome never recorded, or an undo step of it in doubt: those are for a person,
+see `compensator log`), a checkpoint named in --keep-checkpoints and every change after it
+(what undoing to it takes back), and a checkpoint a kept change belongs to. A change dropped
+that was never undone can no longer be undone: --dry-run counts them first.
+
+The hash chain stays verifiable: the links of what was dropped are replaced by one summary
+link (keyed like the others when $COMPENSATOR_JOURNAL_KEY is set) that names the last link
+dropped, and `compensator log --verify` holds afterwards. A journal whose chain does not hold
+is refused (exit 1): dropping records would hide what changed them. A SQLite journal is
+compacted afterwards (VACUUM) when no other process holds it busy. Safe while proxies run on
+the journal: it is one transaction. `serve` does the same at start-up when the registry has a
+`retention:` section.
+"""
+
+
+def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", type=db_argument, default=None, help="the journal: a file, or a postgresql:// URL"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the registry `serve` runs with: use its journal; --db wins when both are given",
+    )
+    parser.add_argument(
+        "--older-than",
+        type=_duration,
+        required=True,
+        metavar="DURATION",
+        help=f"drop what was made longer ago than this ({DURATION_EXAMPLES})",
+    )
+    parser.add_argument(
+        "--keep-checkpoints",
+        type=_ids,
+        default=(),
+        metavar="N,M",
+        help="checkpoints to keep, with every change after them (comma-separated ids)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="say what would be dropped, drop nothing"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _duration(text: str) -> int:
+    seconds = parse_duration(text)  # 0s: everything made so far that may go
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration ({DURATION_EXAMPLES})")
+    return seconds
+
+
+def _ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        ids = ()
+    if not ids or min(ids) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of checkpoint ids such as 3,7; `compensator log` lists them"
+        )
+    return ids
+
+
+def before_moment(seconds: float, now: datetime | None = None) -> str:
+    """The moment `seconds` before `now`, as the journal writes times (ISO 8601, UTC)."""
+    moment = (now or datetime.now(timezone.utc)) - timedelta(seconds=seconds)
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    """Exit 0 when done (or nothing to drop), 1 when the journal cannot be collected."""
+    from ..journal import open_journal  # here: `gc --help` starts without the stores
+    from ..journal.chain import journal_key
+
+    try:
+        where = journal_path(args.db, args.config)
+        open_journal(where, read_only=True).close()  # a missing journal is an error, not made
+        size = _size(where)
+        journal = open_journal(where, person=True)
+        try:
+            found = journal.collect(
+                before_moment(args.older_than), keep=args.keep_checkpoints, dry_run=args.dry_run
+            )
+            verdict = journal.verify_chain(journal_key())
+            location = journal.location
+        finally:
+            journal.close()
+    except (CompensatorError, OverflowError) as exc:
+        print(f"compensator gc: {exc}", file=sys.stderr)
+        return 1
+    sizes = (size, _size(where))
+    if args.json:
+        print(json.dumps(_as_json(found, verdict, location, sizes), indent=2))
+    else:
+        print(describe(found))
+        print(_chain_line(verdict))
+        print(f"journal: {location}{_sizes(sizes)}")
+    return 0 if verdict.holds else 1
+
+
+def describe(found: Collected) -> str:
+    """What gc dropped (or would drop), and what it kept though older, for a person."""
+    since = local_time(found.before)
+    if not found.records:
+        text = f"Nothing made before {since} may go."
+    else:
+        verb = "Would drop" if found.dry_run else "Dropped"
+        parts = [
+            plural(found.changes, "change")
+            + (
+                f" ({found.never_undone} never undone: beyond undo now)"
+                if found.never_undone
+                else ""
+            ),
+            plural(found.compensations, "compensating step"),
+            plural(found.checkpoints, "checkpoint"),
+            plural(found.decisions, "decision"),
+        ]
+        text = f"{verb} what was made before {since}: {', '.join(parts)}."
+    kept = []
+    if found.unsettled:
+        kept.append(f"{plural(found.unsettled, 'change')} not settled (`compensator log`)")
+    if found.pinned:
+        kept.append(f"{plural(found.pinned, 'change')} after a kept checkpoint")
+    if kept:
+        text += f" Kept though older: {', '.join(kept)}."
+    return text
+
+
+def _chain_line(verdict: Verdict) -> str:
+    if not verdict.holds:
+        return f"the journal's chain is broken: {verdict.problem}"
+    last = (
+        "" if verdict.head is None else f"; the last is link {verdict.head[0]}, {verdict.head[1]}"
+    )
+    return f"the journal's chain holds: {plural(verdict.links, 'link')}{last}"
+
+
+def _size(where: str | Path) -> int | None:
+    """A SQLite journal's bytes on disk (with its WAL); None for PostgreSQL."""
+    if isinstance(where, str):
+        return None
+    return sum(
+        os.path.getsize(path) for path in (where, Path(f"{where}-wal")) if os.path.exists(path)
+    )
+
+
+def _sizes(sizes: tuple[int | None, int | None]) -> str:
+    before, after = sizes
+    if before is None or after is None:
+        return ""
+    return f" ({before / 1e6:.1f} MB before, {after / 1e6:.1f} MB now)"
+
+
+def _as_json(
+    found: Collected, verdict: Verdict, location: str, sizes: tuple[int | None, int | None]
+) -> dict[str, object]:
+    return {
+        "journal": location,
+        "before": found.before,
+        "dry_run": found.dry_run,
+        "dropped": {
+            "changes": found.changes,
+            "never_undone": found.never_undone,
+            "compensations": found.compensations,
+            "checkpoints": found.checkpoints,
+            "decisions": found.decisions,
+            "links": found.links,
+        },
+        "kept": {"unsettled": found.unsettled, "pinned": found.pinned},
+        "chain_holds": verdict.holds,
+        "chain_problem": verdict.problem,
+        "bytes": {"before": sizes[0], "after": sizes[1]},
+    }
