@@ -66,6 +66,7 @@ CHAINED: dict[str, tuple[str, ...]] = {
         "scope",
         "post_state",
         "post_state_error",
+        "redo_of",
     ),
     "compensations": (
         "change_id",

@@ -64,6 +64,8 @@ class Intent:
     args: Mapping[str, Any]
     snapshot: Any = None
     snapshot_error: str | None = None
+    redo_of: int | None = None
+    """The change this call replays (a redo), if it does."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,10 +147,12 @@ class Change:
     post_state: Any = None
     post_state_error: str | None = None
     post_state_recorded: bool = False
+    redo_of: int | None = None
+    """The change this one replayed (`redo`), if it did."""
 
     def to_json(self) -> dict[str, Any]:
         """The shape `list_changes` and `undo_to` report."""
-        return {
+        shown = {
             "id": self.id,
             "checkpoint": self.checkpoint_id,
             "tool": self.tool,
@@ -158,6 +162,7 @@ class Change:
             "created_at": self.created_at,
             "agent": self.agent,
         }
+        return shown if self.redo_of is None else {**shown, "redo_of": self.redo_of}
 
     def context(self) -> dict[str, Any]:
         """What an inverse's expressions read: the call (args, result, and the snapshot or

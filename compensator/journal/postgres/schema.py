@@ -124,8 +124,10 @@ CREATE INDEX decisions_agent ON {SCHEMA_NAME}.decisions (agent, id)
 """The schema at FIRST_VERSION, created in one transaction."""
 
 MIGRATIONS: dict[int, str] = {
-    # the hash chain (a tamper-evident journal); then the records already there are linked
+    # the hash chain (a tamper-evident journal); then the records already there are linked.
+    # Redo: the change a call replays.
     5: f"""
+    ALTER TABLE {SCHEMA_NAME}.changes ADD COLUMN redo_of bigint;
     CREATE TABLE {SCHEMA_NAME}.chain (
         seq bigint PRIMARY KEY,
         tbl text NOT NULL,

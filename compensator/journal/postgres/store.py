@@ -222,15 +222,17 @@ class PostgresJournal(Connection, Reads):
             "session": self.session,
             "agent": self.agent,
             "scope": self.scope,
+            "redo_of": intent.redo_of,
         }
 
         def body(conn: psycopg.Connection[Any]) -> int:
             row = conn.execute(
                 "WITH ordered AS (SELECT pg_advisory_xact_lock(%s, %s)) "
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
-                "snapshot, snapshot_error, pid, created_at, session, agent, scope, request) "
+                "snapshot, snapshot_error, pid, created_at, session, agent, scope, redo_of, "
+                "request) "
                 "SELECT (SELECT MAX(id) FROM checkpoints WHERE agent IS NOT DISTINCT FROM %s), "
-                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM ordered "
+                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM ordered "
                 "ON CONFLICT (session, request) DO NOTHING RETURNING id, checkpoint_id",
                 (LOCK_CLASS, ORDER_LOCK, self.agent, *values.values(), request),
             ).fetchone()

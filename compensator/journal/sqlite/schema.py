@@ -105,8 +105,9 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX changes_scope ON changes (scope, id);
     """,
     # 5 -> 6: the hash chain (a tamper-evident journal); the store then links the records
-    # already there (chain.existing_links)
+    # already there (chain.existing_links). Redo: the change a call replays.
     """
+    ALTER TABLE changes ADD COLUMN redo_of INTEGER;
     CREATE TABLE chain (
         seq INTEGER PRIMARY KEY,
         tbl TEXT NOT NULL,

@@ -297,6 +297,7 @@ class SQLiteJournal(Reads):
                     "session": self.session,
                     "agent": self.agent,
                     "scope": self.scope,
+                    "redo_of": intent.redo_of,
                 },
             )
 
