@@ -38,6 +38,7 @@ META_TOOLS = frozenset(
         "list_changes",
         "undo_to",
         "undo_change",
+        "redo",
         "explain_blast_radius",
     }
 )

@@ -34,6 +34,7 @@ examples:
   compensator infer --config compensators.yaml
   compensator log --config compensators.yaml
   compensator undo --config compensators.yaml --to 3 --dry-run
+  compensator redo --config compensators.yaml --to 3 --dry-run
   compensator gc --config compensators.yaml --older-than 30d --dry-run
   compensator explain --config compensators.yaml tasks__delete_task
 
@@ -157,6 +158,13 @@ _COMMANDS = (
         help="undo every change after a checkpoint (shows the plan, then asks)",
         description="Show what undoing to a checkpoint would do, ask, then start the "
         "registry's servers and compensate each change, newest first, reporting each one.",
+    ),
+    _Command(
+        name="redo",
+        help="replay what an undo took back (shows the plan, then asks)",
+        description="Show which changes an undo took back would be replayed, and which are "
+        "refused and why, ask, then start the registry's servers and replay them as new "
+        "journaled changes, oldest first.",
     ),
     _Command(
         name="gc",

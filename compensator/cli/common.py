@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -18,6 +19,7 @@ from ..names import CLIENT_NAME
 if TYPE_CHECKING:
     from ..clients import Source
     from ..journal import JournalStore
+    from ..journal.retention import Collected
     from ..wire.http_serve import HttpEndpoint
 
 __all__ = [
@@ -27,10 +29,13 @@ __all__ = [
     "add_client_arguments",
     "add_registry_arguments",
     "agent_name",
+    "before_moment",
     "checkpoint_title",
     "client_sources",
     "compact",
     "db_argument",
+    "describe_collected",
+    "journal_id",
     "journal_path",
     "local_time",
     "no_such_checkpoint",
@@ -192,3 +197,56 @@ def client_sources(from_file: Path | None, project: Path) -> list[Source]:
             "with --from FILE"
         )
     return found
+
+
+def before_moment(seconds: float, now: datetime | None = None) -> str:
+    """The moment `seconds` before `now`, as the journal writes times (ISO 8601, UTC)."""
+    moment = (now or datetime.now(timezone.utc)) - timedelta(seconds=seconds)
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def describe_collected(found: Collected) -> str:
+    """What gc dropped (or would drop), and what it kept though older, for a person."""
+    since = local_time(found.before)
+    if not found.records:
+        text = f"Nothing made before {since} may go."
+    else:
+        verb = "Would drop" if found.dry_run else "Dropped"
+        parts = [
+            plural(found.changes, "change")
+            + (
+                f" ({found.never_undone} never undone: beyond undo now)"
+                if found.never_undone
+                else ""
+            ),
+            plural(found.compensations, "compensating step"),
+            plural(found.checkpoints, "checkpoint"),
+            plural(found.decisions, "decision"),
+        ]
+        text = f"{verb} what was made before {since}: {', '.join(parts)}."
+    kept = []
+    if found.unsettled:
+        kept.append(f"{plural(found.unsettled, 'change')} not settled (`compensator log`)")
+    if found.pinned:
+        kept.append(f"{plural(found.pinned, 'change')} after a kept checkpoint")
+    if kept:
+        text += f" Kept though older: {', '.join(kept)}."
+    return text
+
+
+def journal_id(what: str, listed: str) -> Callable[[str], int]:
+    """An argparse type for a checkpoint or change id: a whole number from 1 to SQLite's
+    largest integer (a bigger one would end in an OverflowError deep in the journal)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= 2**63 - 1:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a {what} id; `compensator log` lists them{listed}"
+            )
+        return value
+
+    return parse

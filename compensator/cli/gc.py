@@ -7,19 +7,18 @@ import argparse
 import json
 import os
 import sys
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..durations import DURATION_EXAMPLES, parse_duration
 from ..errors import CompensatorError
-from .common import db_argument, journal_path, local_time, plural
+from .common import before_moment, db_argument, describe_collected, journal_path, plural
 
 if TYPE_CHECKING:
     from ..journal.chain import Verdict
     from ..journal.retention import Collected
 
-__all__ = ["GC_EPILOG", "add_gc_arguments", "before_moment", "run_gc"]
+__all__ = ["GC_EPILOG", "add_gc_arguments", "run_gc"]
 
 GC_EPILOG = f"""\
 examples:
@@ -93,12 +92,6 @@ def _ids(text: str) -> tuple[int, ...]:
     return ids
 
 
-def before_moment(seconds: float, now: datetime | None = None) -> str:
-    """The moment `seconds` before `now`, as the journal writes times (ISO 8601, UTC)."""
-    moment = (now or datetime.now(timezone.utc)) - timedelta(seconds=seconds)
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds")
-
-
 def run_gc(args: argparse.Namespace) -> int:
     """Exit 0 when done (or nothing to drop), 1 when the journal cannot be collected."""
     from ..journal import open_journal  # here: `gc --help` starts without the stores
@@ -124,39 +117,10 @@ def run_gc(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(found, verdict, location, sizes), indent=2))
     else:
-        print(describe(found))
+        print(describe_collected(found))
         print(_chain_line(verdict))
         print(f"journal: {location}{_sizes(sizes)}")
     return 0 if verdict.holds else 1
-
-
-def describe(found: Collected) -> str:
-    """What gc dropped (or would drop), and what it kept though older, for a person."""
-    since = local_time(found.before)
-    if not found.records:
-        text = f"Nothing made before {since} may go."
-    else:
-        verb = "Would drop" if found.dry_run else "Dropped"
-        parts = [
-            plural(found.changes, "change")
-            + (
-                f" ({found.never_undone} never undone: beyond undo now)"
-                if found.never_undone
-                else ""
-            ),
-            plural(found.compensations, "compensating step"),
-            plural(found.checkpoints, "checkpoint"),
-            plural(found.decisions, "decision"),
-        ]
-        text = f"{verb} what was made before {since}: {', '.join(parts)}."
-    kept = []
-    if found.unsettled:
-        kept.append(f"{plural(found.unsettled, 'change')} not settled (`compensator log`)")
-    if found.pinned:
-        kept.append(f"{plural(found.pinned, 'change')} after a kept checkpoint")
-    if kept:
-        text += f" Kept though older: {', '.join(kept)}."
-    return text
 
 
 def _chain_line(verdict: Verdict) -> str:

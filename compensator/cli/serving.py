@@ -18,7 +18,7 @@ from ..proxy import INSTRUCTIONS, Proxy
 from ..registry import Registry
 from ..wire import Catalog, DownstreamPool, Relay, sdk
 from ..wire.http_serve import serve_http
-from .common import ServeOptions, refuse
+from .common import ServeOptions, before_moment, describe_collected, refuse
 
 __all__ = ["serve"]
 
@@ -158,8 +158,6 @@ def _retain(registry: Registry, journal: JournalStore) -> None:
     a journal that cannot be collected (its chain broken) is served as it is."""
     if registry.retention is None:
         return
-    from .gc import before_moment, describe
-
     retention = registry.retention
     try:
         found = journal.collect(
@@ -168,7 +166,7 @@ def _retain(registry: Registry, journal: JournalStore) -> None:
     except JournalError as exc:
         log.warning("retention: nothing was dropped from the journal: %s", exc)
         return
-    log.info("retention: %s", describe(found))
+    log.info("retention: %s", describe_collected(found))
 
 
 def _report_unknown(journal: JournalStore) -> None:

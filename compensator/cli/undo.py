@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from .common import (
     agent_name,
     checkpoint_title,
     compact,
+    journal_id,
     journal_path,
     local_time,
     no_such_checkpoint,
@@ -338,26 +338,8 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return moment
 
 
-def _journal_id(what: str, listed: str) -> Callable[[str], int]:
-    """An argparse type for a checkpoint or change id: a whole number from 1 to SQLite's
-    largest integer (a bigger one would end in an OverflowError deep in the journal)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if not 1 <= value <= 2**63 - 1:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a {what} id; `compensator log` lists them{listed}"
-            )
-        return value
-
-    return parse
-
-
-_change_id = _journal_id("change", " (the CHANGE column)")
-_checkpoint_id = _journal_id("checkpoint", "")
+_change_id = journal_id("change", " (the CHANGE column)")
+_checkpoint_id = journal_id("checkpoint", "")
 
 
 def _positive(text: str) -> int:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .gate import Gate
     from .meta import explain_tool
     from .outcome import Caller, CallOutcome, observed_state
+    from .redo import RedoReport
     from .undo import Progress, Undoer, UndoReport
 
 # Each name is imported from its module when first asked for: undo and its plan need no MCP
@@ -31,6 +32,7 @@ _HOMES = {
     "Gate": "gate",
     "Progress": "undo",
     "Proxy": "forwarding",
+    "RedoReport": "redo",
     "UndoReport": "undo",
     "Undoer": "undo",
     "call_outcome": "calls",
@@ -47,6 +49,7 @@ __all__ = [
     "Gate",
     "Progress",
     "Proxy",
+    "RedoReport",
     "UndoReport",
     "Undoer",
     "call_outcome",

@@ -20,6 +20,7 @@ from .approval import ASK, DENY, FORWARD, Asked, approval_message, ask_person, d
 from .calls import call_outcome, classify, observed_state, undo_caller
 from .gate import Gate
 from .late import late_policy
+from .redo import Redoer, RedoReport, Refused
 from .turns import Turns
 from .undo import Undoer
 
@@ -65,12 +66,21 @@ class Proxy:
         self._undoer = Undoer(
             journal, registry, undo_caller(registry, pool), agent=journal.agent, scope=journal.scope
         )
+        self._redoer = Redoer(
+            journal,
+            registry,
+            replay=self._replay,
+            read=self._read,
+            agent=journal.agent,
+            scope=journal.scope,
+        )
         self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
             "checkpoint": self._checkpoint,
             "list_checkpoints": self._list_checkpoints,
             "list_changes": self._list_changes,
             "undo_to": self._undo_to,
             "undo_change": self._undo_change,
+            "redo": self._redo,
             "explain_blast_radius": self._explain,
         }
 
@@ -241,11 +251,40 @@ class Proxy:
             # Nothing was sent, so nothing happened and nothing is journaled.
             return error_result(problem)
         async with self._serial.setdefault(routed.server, anyio.Lock()):
-            return await self._journaled_call(routed, classification, arguments)
+            return (await self._journaled_call(routed, classification, arguments))[0]
+
+    async def _replay(self, tool: str, arguments: dict[str, Any], redo_of: int) -> int:
+        """Send a journaled call again for redo, through the same guardrails and journal as
+        the agent's calls; the new change's id. Refused when it was not sent."""
+        routed = self.pool.route(tool)
+        if routed is None:
+            raise Refused(self.pool.missing_reason(tool))
+        classification = classify(self.registry, self.pool, tool, arguments)
+        refused = await self._guard(tool, classification, arguments)
+        if refused is None:
+            refused_text = await self.pool.ensure_running(routed.server)
+        else:
+            refused_text = " ".join(item.get("text", "") for item in refused["content"])
+        if refused_text:
+            raise Refused(refused_text)
+        async with self._serial.setdefault(routed.server, anyio.Lock()):
+            _, change_id = await self._journaled_call(
+                routed, classification, arguments, redo_of=redo_of
+            )
+        if change_id is None:
+            raise Refused(f"{tool} was not called: the journal cannot record it")
+        return change_id
 
     async def _journaled_call(
-        self, routed: RoutedTool, classification: Classification, arguments: dict[str, Any]
-    ) -> sdk.ToolResult:
+        self,
+        routed: RoutedTool,
+        classification: Classification,
+        arguments: dict[str, Any],
+        *,
+        redo_of: int | None = None,
+    ) -> tuple[sdk.ToolResult, int | None]:
+        """Journal the call, forward it, record its outcome: the result for the client and
+        the change's id (None: the journal refused it, nothing was sent)."""
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
@@ -255,21 +294,23 @@ class Proxy:
             args=redact(arguments, "args", hidden),
             snapshot=snapshot,
             snapshot_error=snapshot_error,
+            redo_of=redo_of,
         )
         try:
             self.settle_outcomes()
             change_id = self.journal.record_intent(intent)
         except JournalError as exc:
             log.error("refused %s: %s", routed.name, exc)
-            return error_result(
+            refused = error_result(
                 f"{routed.name} was not called, because the journal cannot record it: {exc}. "
                 "Reads still work; mutating calls go through again once the journal can "
                 "record them."
             )
+            return refused, None
         try:
             result = await self.pool.call(routed.name, arguments)
         except DownstreamError as exc:
-            return self._failed_in_transport(change_id, exc)
+            return self._failed_in_transport(change_id, exc), change_id
         except BaseException:
             with anyio.CancelScope(shield=True):
                 self._settle(
@@ -282,7 +323,7 @@ class Proxy:
         except Exception as exc:  # a bug here must not turn a done call into an error
             log.exception("judging the answer of %s (change %d) failed", routed.name, change_id)
             self._settle(change_id, Status.UNKNOWN, None, f"the proxy could not judge it: {exc}")
-            return result
+            return result, change_id
         status = Status.OK if outcome.ok else Status.ERROR
         value = redact(outcome.value, "result", hidden)
         recorded = self._settle(change_id, status, value, outcome.error)
@@ -291,7 +332,7 @@ class Proxy:
                 await self._record_post_state(change_id, policy, arguments, outcome.value)
             except Exception:  # undo then says the state after the call was not recorded
                 log.exception("recording the state after change %d failed", change_id)
-        return result
+        return result, change_id
 
     def _settle(self, change_id: int, status: str, value: Any, error: str | None) -> bool:
         """Record a call's outcome; when the journal cannot take it, keep it to write before
@@ -439,6 +480,24 @@ class Proxy:
             self.settle_outcomes()
             report = await self._undoer.undo_change(change_id, dry_run=dry_run, force=force)
         return {"change_id": change_id, "dry_run": dry_run, **report.to_json()}
+
+    async def _redo(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        checkpoint_id, change_id, dry_run = meta.parse_redo(args)
+        report = await self.redo(checkpoint_id=checkpoint_id, change_id=change_id, dry_run=dry_run)
+        target = {"checkpoint_id": checkpoint_id} if change_id is None else {"change_id": change_id}
+        return {**target, "dry_run": dry_run, **report.to_json()}
+
+    async def redo(
+        self, *, checkpoint_id: int | None = None, change_id: int | None = None, dry_run: bool
+    ) -> RedoReport:
+        """Replay what an undo took back after the checkpoint, or the one change (redo.py);
+        between mutating calls, as undo runs. MetaArgumentError for an id it cannot use."""
+        async with self._gate.exclusive():
+            self.settle_outcomes()
+            if change_id is not None:
+                return await self._redoer.redo_change(change_id, dry_run=dry_run)
+            assert checkpoint_id is not None
+            return await self._redoer.redo_to(checkpoint_id, dry_run=dry_run)
 
     async def _explain(self, args: Mapping[str, Any]) -> dict[str, Any]:
         tool = meta.parse_explain(args)

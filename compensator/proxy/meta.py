@@ -21,6 +21,7 @@ __all__ = [
     "parse_explain",
     "parse_list_changes",
     "parse_list_checkpoints",
+    "parse_redo",
     "parse_undo_change",
     "parse_undo_to",
 ]
@@ -114,6 +115,29 @@ META_TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
                 "force": {"type": "boolean", "default": False},
             },
             "required": ["change_id"],
+            "additionalProperties": False,
+        },
+        "annotations": {"readOnlyHint": False, "destructiveHint": True},
+    },
+    {
+        "name": "redo",
+        "title": "Redo what an undo took back",
+        "description": (
+            "Replay, oldest first, the changes an undo took back: every one after "
+            "checkpoint_id, or the one change_id. Each replay is a new journaled change, so "
+            "undo can take it back again. A change is refused with a reason when replaying "
+            "cannot give the same effect (arguments journaled redacted, a later change still "
+            "in effect, drift since the undo, an id the server handed out that its replay did "
+            "not get), and so is every change after it. Returns {redone (with "
+            "new_change_id), skipped (with reasons)}; dry_run returns the plan."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "checkpoint_id": _INT,
+                "change_id": _INT,
+                "dry_run": {"type": "boolean", "default": False},
+            },
             "additionalProperties": False,
         },
         "annotations": {"readOnlyHint": False, "destructiveHint": True},
@@ -220,6 +244,28 @@ def parse_undo_change(args: Mapping[str, Any]) -> tuple[int, bool, bool]:
         raise MetaArgumentError("undo_change: change_id is required; see list_changes")
     change_id = _id("undo_change", "change_id", "`list_changes`", args["change_id"])
     return (change_id, *_flags("undo_change", args))
+
+
+def parse_redo(args: Mapping[str, Any]) -> tuple[int | None, int | None, bool]:
+    """(checkpoint_id, change_id, dry_run): exactly one of the two ids."""
+    _check_keys("redo", args)
+    if ("checkpoint_id" in args) == ("change_id" in args):
+        raise MetaArgumentError(
+            "redo: give checkpoint_id (redo what undo_to took back after it) or change_id "
+            "(one change), not both or neither"
+        )
+    checkpoint_id = (
+        _checkpoint_id("redo", args["checkpoint_id"]) if "checkpoint_id" in args else None
+    )
+    change_id = (
+        _id("redo", "change_id", "`list_changes` or undo's report", args["change_id"])
+        if "change_id" in args
+        else None
+    )
+    dry_run = args.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise MetaArgumentError(f"redo: dry_run must be true or false, got {dry_run!r}")
+    return checkpoint_id, change_id, dry_run
 
 
 def parse_explain(args: Mapping[str, Any]) -> str:
