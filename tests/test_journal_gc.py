@@ -8,15 +8,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from compensator.errors import JournalError
 from compensator.journal import Intent, Status, StepOutcome, StepStatus
-from compensator.journal.rows import now
 
 from .journals import sql
+
+LATER = "9999-01-01T00:00:00.000+00:00"
+"""A moment after every record a test makes (now() may fall in the millisecond of the last)."""
 
 
 def _gc(address: str, *options: str) -> tuple[int, str]:
@@ -61,13 +66,16 @@ def test_gc_drops_what_is_settled_and_keeps_what_undo_still_needs(address: str, 
     journal = open_journal(address)
     _history(journal)
     before = _counts(address)
-    found = journal.collect(now(), keep=[3], dry_run=True)
+    moment = LATER
+    planned = journal.collect(moment, keep=[3], dry_run=True)
     assert _counts(address) == before, "a dry run dropped something"
-    found = journal.collect(now(), keep=[3])
-    # Changes 1, 2 (undone), 4 go; 3 (a step in doubt) and 5 (pending) are not settled; 6
-    # comes after checkpoint 3, which is kept. Checkpoint 2 stays: change 3 belongs to it.
+    found = journal.collect(moment, keep=[3])
+    assert replace(planned, dry_run=False) == found, "the dry run said something else"
+    # Changes 1, 2 (undone), 4 go; 3 (its undo begun, not finished) and 5 (pending) are not
+    # settled; 6 comes after checkpoint 3, which is kept, and so does the decision. Checkpoint
+    # 2 stays: change 3 belongs to it.
     assert (found.changes, found.never_undone, found.compensations) == (3, 2, 1)
-    assert (found.checkpoints, found.decisions, found.unsettled, found.pinned) == (1, 1, 2, 1)
+    assert (found.checkpoints, found.decisions, found.unsettled, found.pinned) == (1, 0, 2, 1)
     assert sorted(row[0] for row in sql(address, "SELECT id FROM changes")) == [3, 5, 6]
     assert sorted(row[0] for row in sql(address, "SELECT id FROM checkpoints")) == [2, 3]
     assert [c.id for c in journal.open_changes(journal.checkpoint(3))] == [6, 5]
@@ -76,7 +84,8 @@ def test_gc_drops_what_is_settled_and_keeps_what_undo_still_needs(address: str, 
     # The chain goes on from its summary: a later write, and a second gc, keep it whole.
     change = journal.record_intent(Intent(tool="t__a", classification="reversible", args={}))
     journal.record_outcome(change, status=Status.OK)
-    assert journal.collect(now()).changes == 2  # 6 and the new one; 3 and 5 stay
+    second = journal.collect(LATER)  # 6 and the new one, and the decision; 3 and 5 stay
+    assert (second.changes, second.decisions) == (2, 1)
     assert journal.verify_chain(None).holds
 
 
@@ -170,3 +179,72 @@ async def test_serve_applies_the_registrys_retention_at_start_up(
         assert [c["tool"] for c in await client.list_changes()] == ["tasks__add_task"]
     assert sql(str(db), "SELECT COUNT(*) FROM changes")[0][0] == 1
     assert _verify(str(db))[0] == 0
+
+
+def test_writers_of_every_kind_and_gc_at_once_neither_deadlock_nor_break_the_chain(
+    address: str, open_journal
+):
+    """A proxy settles old failed calls (the rows gc deletes) and makes new changes of every
+    kind while gc runs again and again on the same journal: on PostgreSQL both take the
+    order lock first, so neither waits for the other's rows the other way round."""
+    writer, collector = open_journal(address), open_journal(address)
+    old = []
+    for _ in range(30):
+        change = writer.record_intent(Intent(tool="t__a", classification="reversible", args={}))
+        writer.record_outcome(change, status=Status.ERROR)
+        old.append(change)
+    moment = sql(address, "SELECT MAX(created_at) FROM changes")[0][0]
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            for n, stale in enumerate(old):
+                writer.mark_undone(stale, "nothing to undo: the call failed")
+                change = writer.record_intent(
+                    Intent(tool="t__a", classification="reversible", args={"n": n})
+                )
+                writer.record_outcome(change, status=Status.OK)
+                step = writer.record_step_started(change, 0, "t__b", {})
+                writer.record_step_outcome(
+                    step, StepOutcome(status=StepStatus.OK), undone=(change, "undone")
+                )
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            done.set()
+
+    def collect() -> None:
+        try:
+            while not done.is_set():
+                collector.collect(moment + "~")  # after the old ones, before the new ones
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=collect)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    collector.collect(LATER)
+    assert sql(address, "SELECT COUNT(*) FROM changes")[0][0] == 0
+    verdict = collector.verify_chain(None)
+    assert verdict.holds, verdict
+
+
+def test_a_writer_with_another_key_than_the_chains_is_refused(
+    address: str, open_journal, monkeypatch
+):
+    monkeypatch.setenv("COMPENSATOR_JOURNAL_KEY", "the key")
+    journal = open_journal(address)
+    journal.create_checkpoint(None)
+    journal.close()
+    status, said = _gc(address, "--older-than", "0s")  # _gc runs without the key
+    assert status == 1, said
+    assert "the journal's hash chain is keyed: set COMPENSATOR_JOURNAL_KEY" in said
+    monkeypatch.setenv("COMPENSATOR_JOURNAL_KEY", "another key")
+    with pytest.raises(JournalError, match="is not the key the journal's hash chain was written"):
+        open_journal(address)
+    monkeypatch.setenv("COMPENSATOR_JOURNAL_KEY", "the key")
+    assert open_journal(address).verify_chain(b"the key").holds

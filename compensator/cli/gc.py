@@ -36,10 +36,11 @@ that was never undone can no longer be undone: --dry-run counts them first.
 The hash chain stays verifiable: the links of what was dropped are replaced by one summary
 link (keyed like the others when $COMPENSATOR_JOURNAL_KEY is set) that names the last link
 dropped, and `compensator log --verify` holds afterwards. A journal whose chain does not hold
-is refused (exit 1): dropping records would hide what changed them. A SQLite journal is
-compacted afterwards (VACUUM) when no other process holds it busy. Safe while proxies run on
-the journal: it is one transaction. `serve` does the same at start-up when the registry has a
-`retention:` section.
+is refused (exit 1): dropping records would hide what changed them. It is one transaction,
+safe while proxies run on the journal (the chain is checked before it, so they wait only for
+the deletes). SQLite reuses the space freed; --compact also shrinks the file (VACUUM), which
+holds the journal for as long as it rewrites it: run that when no proxy is busy. `serve`
+does the same at start-up when the registry has a `retention:` section (without --compact).
 """
 
 
@@ -69,6 +70,11 @@ def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="say what would be dropped, drop nothing"
+    )
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="then shrink a SQLite journal's file (VACUUM: proxies writing it wait meanwhile)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -104,7 +110,10 @@ def run_gc(args: argparse.Namespace) -> int:
         journal = open_journal(where, person=True)
         try:
             found = journal.collect(
-                before_moment(args.older_than), keep=args.keep_checkpoints, dry_run=args.dry_run
+                before_moment(args.older_than),
+                keep=args.keep_checkpoints,
+                dry_run=args.dry_run,
+                compact=args.compact,
             )
             verdict = journal.verify_chain(journal_key())
             location = journal.location

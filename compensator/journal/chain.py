@@ -32,6 +32,8 @@ __all__ = [
     "Verdict",
     "existing_links",
     "journal_key",
+    "key_problem",
+    "link_problem",
     "next_link",
     "stored_link",
     "summary_link",
@@ -233,7 +235,7 @@ def verify(
     count, keyed = 0, False
     head = _start(stored)
     for link in stored:
-        problem = _link_problem(link, head, key)
+        problem = link_problem(link, head, key)
         if problem is not None:
             shown = None if count == 0 or head is None else (head[0], head[1].hex())
             return Verdict(links=count, head=shown, keyed=keyed, problem=problem, problems=1)
@@ -263,6 +265,40 @@ def stored_link(row: Mapping[str, Any]) -> Link:
     )
 
 
+def key_problem(newest: list[Mapping[str, Any]], key: bytes | None) -> str | None:
+    """Whether a store may write links with `key` after `newest` (the last two stored links,
+    newest first): a keyed chain needs its key, an unkeyed one no key. In words; None: yes.
+    Every process that writes a journal must agree, or its chain breaks for good."""
+    if not newest:
+        return None
+    head = stored_link(newest[0])
+    if head.keyed and key is None:
+        return (
+            f"the journal's hash chain is keyed: set {KEY_VARIABLE} to the key it was written "
+            "with (every process that writes the journal needs it: serve, undo, redo, gc)"
+        )
+    if not head.keyed and key is not None:
+        return (
+            f"{KEY_VARIABLE} is set, but the journal's hash chain is not keyed: unset it for "
+            "this journal, or start a new journal with it set"
+        )
+    if key is None:
+        return None
+    before = [stored_link(row) for row in newest[1:]]
+    if head.seq == 1:
+        prev = GENESIS
+    elif before and before[0].seq == head.seq - 1:
+        prev = before[0].hash
+    else:  # the first link left after a gc: its summary names the one before it
+        start = _start([head])
+        if start is None:
+            return None
+        prev = start[1]
+    if _seal(head.seq, prev, head.table, head.row_id, head.state, key) != head.hash:
+        return f"{KEY_VARIABLE} is not the key the journal's hash chain was written with"
+    return None
+
+
 def _start(links: list[Link]) -> tuple[int, bytes] | None:
     """The number and hash the first stored link follows: none (it is link 1), or the last
     link a summary after it says was dropped (a journal `gc` went over)."""
@@ -280,7 +316,9 @@ def _start(links: list[Link]) -> tuple[int, bytes] | None:
     return None
 
 
-def _link_problem(link: Link, head: tuple[int, bytes] | None, key: bytes | None) -> str | None:
+def link_problem(link: Link, head: tuple[int, bytes] | None, key: bytes | None) -> str | None:
+    """What is wrong with `link` coming after `head` (the number and hash of the link before
+    it; None: it should be the first), in words; None when nothing is."""
     expected = 1 if head is None else head[0] + 1
     if link.seq != expected:
         missing = "the first" if head is None else f"link {expected}"

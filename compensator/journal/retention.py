@@ -1,10 +1,11 @@
 """Retention: `compensator gc` drops what is older than a moment, never a change that is not
 settled nor what a kept checkpoint's undo needs, and keeps the hash chain verifiable.
 
-Settled: undone, or its outcome recorded (`ok` or `error`) with no compensating step in doubt
-(`started` or `unknown`). A change that is not settled (pending, `unknown`, a step in doubt)
-is for a person, and stays whatever its age. A checkpoint named in `keep` stays, and so does
-every change after it (what undoing to it would take back); so does a checkpoint a kept change
+Settled: undone, or its outcome recorded (`ok` or `error`) and no undo of it begun (no
+compensating step recorded). A change that is not settled (pending, `unknown`, an undo that
+stopped midway or is running) is for a person, and stays whatever its age. A checkpoint named
+in `keep` stays, and so does every change and decision after it (what undoing to it would take
+back, and what `list_changes` lists as refused since); so does a checkpoint a kept change
 belongs to.
 
 The chain: links up to the newest one that wrote a dropped record are dropped; a summary link
@@ -23,15 +24,22 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import JournalError
-from .chain import CHAINED, SUMMARY, Link, next_link, stored_link, summary_link, verify
-from .records import Status, StepStatus
+from .chain import (
+    CHAINED,
+    SUMMARY,
+    Link,
+    Verdict,
+    link_problem,
+    next_link,
+    stored_link,
+    summary_link,
+)
+from .records import Status
 
-__all__ = ["Collected", "Tx", "collect"]
+__all__ = ["Collected", "Tx", "checked", "collect"]
 
 _CHUNK = 500
 """Ids per DELETE statement (SQLite allows 32,766 parameters; smaller keeps statements short)."""
-
-_IN_DOUBT = (StepStatus.STARTED, StepStatus.UNKNOWN)
 
 
 class Tx(Protocol):
@@ -68,22 +76,36 @@ class Collected:
         return self.changes + self.compensations + self.checkpoints + self.decisions
 
 
-def collect(
-    tx: Tx, *, before: str, keep: Collection[int], key: bytes | None, dry_run: bool
-) -> Collected:
-    """Drop the records made before `before` (ISO 8601 in UTC, as the journal writes times)
-    that may go, unless `dry_run`; what was (or would be) dropped."""
-    links = tx.select("SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq")
-    rows = {
-        table: tx.select(f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id")
-        for table, columns in CHAINED.items()
-    }
-    verdict = verify(links, rows, key)
+def checked(verdict: Verdict) -> tuple[int, str] | None:
+    """The last link a verdict on the whole journal vouches for (None: there was none);
+    JournalError when the chain does not hold."""
     if not verdict.holds:
         raise JournalError(
             f"the journal's chain is broken ({verdict.problem}): gc would hide what changed "
             "it, so nothing was dropped. `compensator log --verify` shows it."
         )
+    return verdict.head
+
+
+def collect(
+    tx: Tx,
+    *,
+    before: str,
+    keep: Collection[int],
+    key: bytes | None,
+    dry_run: bool,
+    verified: tuple[int, str] | None,
+) -> Collected:
+    """Drop the records made before `before` (ISO 8601 in UTC, as the journal writes times)
+    that may go, unless `dry_run`; what was (or would be) dropped. `verified` is the last
+    link of the chain as a check of the whole journal found it holding, just before: only the
+    links after it are checked here."""
+    links = tx.select("SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq")
+    _recheck([stored_link(row) for row in links], verified, key)
+    rows = {
+        table: tx.select(f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id")
+        for table, columns in CHAINED.items()
+    }
     plan = _Plan(rows, before=before, keep=keep)
     dropped = plan.dropped()
     if not dropped:
@@ -155,9 +177,10 @@ class _Plan:
                 "`compensator log` lists them"
             )
         limit = min((checkpoints[n]["last_change_id"] for n in keep), default=None)
-        in_doubt = {row["change_id"] for row in rows["compensations"] if row["status"] in _IN_DOUBT}
+        first_kept = min(keep, default=None)
+        undoing = {row["change_id"] for row in rows["compensations"]}
         old = [row for row in rows["changes"] if row["created_at"] < before]
-        settled = [row for row in old if _settled(row, in_doubt)]
+        settled = [row for row in old if _settled(row, undoing)]
         self.unsettled = len(old) - len(settled)
         self.changes = {row["id"]: row for row in settled if limit is None or row["id"] <= limit}
         self.pinned = len(settled) - len(self.changes)
@@ -170,7 +193,12 @@ class _Plan:
             for n, row in checkpoints.items()
             if row["created_at"] < before and n not in keep and n not in needed
         }
-        self.decisions = {row["id"]: row for row in rows["decisions"] if row["created_at"] < before}
+        self.decisions = {
+            row["id"]: row
+            for row in rows["decisions"]
+            if row["created_at"] < before
+            and (first_kept is None or row["last_checkpoint_id"] < first_kept)
+        }
 
     def by_table(self) -> list[tuple[str, list[int]]]:
         """The ids to delete, table by table in an order the foreign keys allow."""
@@ -188,10 +216,31 @@ class _Plan:
         return {"unsettled": self.unsettled, "pinned": self.pinned}
 
 
-def _settled(change: dict[str, Any], in_doubt: set[int]) -> bool:
+def _settled(change: dict[str, Any], undoing: set[int]) -> bool:
+    """Undone, or its outcome recorded and no undo of it begun (a compensating step recorded
+    for a change not undone is an undo that stopped midway, or is running)."""
     if change["undone_at"] is not None:
         return True
-    return change["status"] in (Status.OK, Status.ERROR) and change["id"] not in in_doubt
+    return change["status"] in (Status.OK, Status.ERROR) and change["id"] not in undoing
+
+
+def _recheck(stored: list[Link], verified: tuple[int, str] | None, key: bytes | None) -> None:
+    """JournalError unless the chain still ends in `verified` or goes on from it soundly."""
+    head: tuple[int, bytes] | None = None
+    rest = stored
+    if verified is not None:
+        index = next((i for i, link in enumerate(stored) if link.seq == verified[0]), None)
+        if index is None or stored[index].hash.hex() != verified[1]:
+            raise JournalError(
+                "the journal's chain changed while gc checked it (another gc?); nothing was "
+                "dropped: run gc again"
+            )
+        head, rest = (stored[index].seq, stored[index].hash), stored[index + 1 :]
+    for link in rest:
+        problem = link_problem(link, head, key)
+        if problem is not None:
+            checked(Verdict(links=0, head=None, keyed=False, problem=problem, problems=1))
+        head = (link.seq, link.hash)
 
 
 def _insert(tx: Tx, link: Link) -> None:

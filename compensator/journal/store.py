@@ -167,11 +167,17 @@ class JournalStore(Protocol):
     # -- the hash chain and retention ----------------------------------------------------
 
     def collect(
-        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+        self,
+        before: str,
+        *,
+        keep: Collection[int] = (),
+        dry_run: bool = False,
+        compact: bool = False,
     ) -> Collected:
         """Drop what was made before `before` (ISO 8601, UTC) and may go (retention.py), in
         one transaction; JournalError when the chain does not hold or a `keep` checkpoint
-        does not exist."""
+        does not exist. `compact` then gives the space back to the file system where the
+        backend needs that done (SQLite's VACUUM, which holds the journal meanwhile)."""
         ...
 
     def verify_chain(self, key: bytes | None) -> Verdict:

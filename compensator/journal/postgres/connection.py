@@ -269,6 +269,8 @@ class Connection:
             )
         elif isinstance(exc, errors.DiskFull):
             fix = "the database server's disk is full; free some space"
+        elif isinstance(exc, errors.DeadlockDetected):
+            fix = "two writes waited for each other and PostgreSQL ended this one; try again"
         elif isinstance(exc, errors.QueryCanceled):
             fix = "the database did not answer within 10 s (a lock held too long, or overload)"
         elif isinstance(exc, self._psycopg.OperationalError):

@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JournalError
-from ..chain import CHAINED, Verdict, journal_key, next_link, verify
+from ..chain import CHAINED, Verdict, journal_key, key_problem, next_link, verify
 from ..records import (
     Checkpoint,
     Compensation,
@@ -20,7 +20,7 @@ from ..records import (
     StepOutcome,
     StepStatus,
 )
-from ..retention import Collected, collect
+from ..retention import Collected, checked, collect
 from ..rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
 from .connection import DEFAULT_LEASE, Connection
 from .schema import (
@@ -61,9 +61,11 @@ class PostgresJournal(Connection, Reads):
     once its lease runs out; process ids play no part. Lease times are the database server's
     clock, so machines whose clocks disagree still agree on who is alive.
 
-    Ordering: change and checkpoint ids are handed out under one transaction-level advisory
-    lock, so they follow commit order across every connection and "after checkpoint N"
-    means the same to every machine. Claiming a compensating step locks the change's row.
+    Ordering: every write of a chained record takes one transaction-level advisory lock as
+    its first statement, so ids and links follow commit order across every connection,
+    "after checkpoint N" means the same to every machine, and no two writes can wait on each
+    other's row locks the other way round (claiming a compensating step also locks the
+    change's row, after that lock).
 
     A lost connection (the server restarted, or its backend was killed) is opened again on
     the next write, which is then retried once when it cannot have been applied twice:
@@ -99,6 +101,7 @@ class PostgresJournal(Connection, Reads):
                 self._run(lambda conn: check_version_read_only(conn, self._location))
                 return
             self._run(lambda conn: create_or_migrate(conn, self._location), write=True)
+            self._run(self._check_key)
             self._run(lambda conn: self._begin_session(conn, agent, person=person), write=True)
             self._started = True
             self.recover_abandoned()
@@ -179,7 +182,7 @@ class PostgresJournal(Connection, Reads):
             # The lock in a statement of its own: the INSERT's snapshot is then taken once the
             # lock is held, so it sees every change committed before the checkpoint (a
             # statement's snapshot is taken when it starts, before it waits for a lock).
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
+            _ordered(conn)
             row = conn.execute(
                 "INSERT INTO checkpoints (label, created_at, last_change_id, session, agent, "
                 "scope, request) SELECT %s, %s, (SELECT COALESCE(MAX(id), 0) FROM changes), "
@@ -226,15 +229,17 @@ class PostgresJournal(Connection, Reads):
         }
 
         def body(conn: psycopg.Connection[Any]) -> int:
+            # The lock in a statement of its own: the INSERT's snapshot then sees every
+            # checkpoint committed (or dropped by gc) before it.
+            _ordered(conn)
             row = conn.execute(
-                "WITH ordered AS (SELECT pg_advisory_xact_lock(%s, %s)) "
                 "INSERT INTO changes (checkpoint_id, tool, classification, status, args, "
                 "snapshot, snapshot_error, pid, created_at, session, agent, scope, redo_of, "
                 "request) "
                 "SELECT (SELECT MAX(id) FROM checkpoints WHERE agent IS NOT DISTINCT FROM %s), "
-                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s FROM ordered "
+                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s "
                 "ON CONFLICT (session, request) DO NOTHING RETURNING id, checkpoint_id",
-                (LOCK_CLASS, ORDER_LOCK, self.agent, *values.values(), request),
+                (values["agent"], *values.values(), request),
             ).fetchone()
             if row is not None:
                 self._link(conn, "changes", {**values, **row})
@@ -251,14 +256,15 @@ class PostgresJournal(Connection, Reads):
         self, change_id: int, *, status: str, result: Any = None, error: str | None = None
     ) -> None:
         values = {"status": status, "result": dump(result), "error": error, "completed_at": now()}
-        self._write(lambda conn: self._update(conn, "changes", change_id, values))
+        self._write(lambda conn: self._update(_ordered(conn), "changes", change_id, values))
 
     def record_post_state(self, change_id: int, state: Any, error: str | None = None) -> None:
         values = {"post_state": None if error else dump(state), "post_state_error": error}
-        self._write(lambda conn: self._update(conn, "changes", change_id, values))
+        self._write(lambda conn: self._update(_ordered(conn), "changes", change_id, values))
 
     def recover_abandoned(self) -> int:
         def body(conn: psycopg.Connection[Any]) -> int:
+            _ordered(conn)
             self._end_dead_sessions(conn)
             values = {
                 "status": Status.UNKNOWN,
@@ -302,6 +308,7 @@ class PostgresJournal(Connection, Reads):
         }
 
         def body(conn: psycopg.Connection[Any]) -> int:
+            _ordered(conn)
             row = one(
                 conn.execute(
                     "INSERT INTO decisions (tool, classification, args, answer, reason, "
@@ -327,6 +334,7 @@ class PostgresJournal(Connection, Reads):
         on any machines never both run it."""
 
         def body(conn: psycopg.Connection[Any]) -> int | None:
+            _ordered(conn)
             conn.execute("SELECT id FROM changes WHERE id = %s FOR UPDATE", (change_id,))
             newest = one(
                 conn.execute(
@@ -371,14 +379,14 @@ class PostgresJournal(Connection, Reads):
                 "result": dump(outcome.result),
                 "error": outcome.error,
             }
-            self._update(conn, "compensations", compensation_id, values)
+            self._update(_ordered(conn), "compensations", compensation_id, values)
             if undone is not None:
                 self._mark_undone(conn, *undone)
 
         self._write(body)
 
     def mark_undone(self, change_id: int, note: str) -> None:
-        self._write(lambda conn: self._mark_undone(conn, change_id, note))
+        self._write(lambda conn: self._mark_undone(_ordered(conn), change_id, note))
 
     def started_elsewhere(self, record: Compensation) -> bool:
         if (
@@ -418,24 +426,48 @@ class PostgresJournal(Connection, Reads):
 
     def _link(self, conn: psycopg.Connection[Any], table: str, record: dict[str, Any]) -> None:
         """Append the link of a write that left `record` (id and chained columns) in `table`,
-        in this transaction, under the order lock: links follow commit order on every machine."""
+        in this transaction, which holds the order lock (`_ordered`): links follow commit order
+        on every machine."""
         if not self._chained:
             return
-        conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
         last = conn.execute("SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
         previous = None if last is None else (int(last["seq"]), bytes(last["hash"]))
         conn.execute(INSERT_LINK, next_link(previous, table, record, self._key).row())
 
     def collect(
-        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+        self,
+        before: str,
+        *,
+        keep: Collection[int] = (),
+        dry_run: bool = False,
+        compact: bool = False,
     ) -> Collected:
+        """`compact` does nothing here: PostgreSQL's autovacuum gives the space back."""
+        # The whole chain is checked outside the order lock (seconds on a big journal, and
+        # proxies write meanwhile); inside it only what was linked since.
+        verified = checked(self.verify_chain(self._key))
+
         def body(conn: psycopg.Connection[Any]) -> Collected:
-            # Under the order lock: no change, checkpoint or link is written meanwhile.
-            conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
-            tx = _Tx(conn)
-            return collect(tx, before=before, keep=keep, key=self._key, dry_run=dry_run)
+            _ordered(conn)  # no change, checkpoint or link is written meanwhile
+            # Deleting many rows, with Python's planning between statements, may take longer
+            # than the journal's 10 s limits allow one statement or an idle transaction.
+            conn.execute("SET LOCAL statement_timeout = '120s'")
+            conn.execute("SET LOCAL idle_in_transaction_session_timeout = '120s'")
+            return collect(
+                _Tx(conn), before=before, keep=keep, key=self._key, dry_run=dry_run,
+                verified=verified,
+            )  # fmt: skip
 
         return self._write(body)
+
+    def _check_key(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse to write links with another key than the chain's (chain.key_problem)."""
+        newest = conn.execute(
+            "SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq DESC LIMIT 2"
+        ).fetchall()
+        problem = key_problem(newest, self._key)
+        if problem is not None:
+            raise JournalError(f"cannot write journal {self._location}: {problem}")
 
     def verify_chain(self, key: bytes | None) -> Verdict:
         def read(conn: psycopg.Connection[Any]) -> Verdict:
@@ -471,3 +503,10 @@ class _Tx:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> object:
         return self._conn.execute(sql.replace("?", "%s"), params)  # type: ignore[call-overload]
+
+
+def _ordered(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """Take the journal's order lock, the first statement of every write of a chained record:
+    one lock order for all of them, and commit order for ids and links."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (LOCK_CLASS, ORDER_LOCK))
+    return conn

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ...errors import JournalError
-from ..chain import CHAINED, Verdict, existing_links, journal_key, next_link, verify
+from ..chain import (
+    CHAINED,
+    Verdict,
+    existing_links,
+    journal_key,
+    key_problem,
+    next_link,
+    verify,
+)
 from ..records import (
     Checkpoint,
     Compensation,
@@ -24,7 +32,7 @@ from ..records import (
     StepOutcome,
     StepStatus,
 )
-from ..retention import Collected, collect
+from ..retention import Collected, checked, collect
 from ..rows import Reads, dump, host_identity, now
 from .files import SessionLocks, create_private, person_sentence
 from .schema import CHAIN_VERSION, MIGRATIONS, SCHEMA_VERSION, version_problem
@@ -95,6 +103,7 @@ class SQLiteJournal(Reads):
         try:
             self._configure()
             self._migrate()
+            self._check_key()
             self._held = self._locks.hold(self.session)
             self._begin_session(agent, person=person)
             self.recover_abandoned()
@@ -460,26 +469,42 @@ class SQLiteJournal(Reads):
         return verify(links, rows, key)
 
     def collect(
-        self, before: str, *, keep: Collection[int] = (), dry_run: bool = False
+        self,
+        before: str,
+        *,
+        keep: Collection[int] = (),
+        dry_run: bool = False,
+        compact: bool = False,
     ) -> Collected:
+        # The whole chain is checked outside the write lock (it takes seconds on a big
+        # journal, and proxies write meanwhile); inside it only what was linked since.
+        verified = checked(self.verify_chain(self._key))
         with self._transaction() as tx:
-            found = collect(tx, before=before, keep=keep, key=self._key, dry_run=dry_run)
-        if found.records and not dry_run:
+            found = collect(
+                tx, before=before, keep=keep, key=self._key, dry_run=dry_run, verified=verified
+            )
+        if compact and found.records and not dry_run:
             self._compact()
         return found
 
     def _compact(self) -> None:
         """Give the space of what gc dropped back to the file system: VACUUM rewrites the file
-        (through the WAL, which is then emptied). A busy journal keeps its size, and SQLite
-        reuses the free pages."""
+        (through the WAL, which is then emptied), holding the journal for as long."""
         with self._lock:
             try:
                 self._db.execute("VACUUM")
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.Error as exc:
-                log.info(
-                    "the journal was not compacted after gc (%s); its free pages are reused", exc
-                )
+                raise self._failed("compact", exc) from exc
+
+    def _check_key(self) -> None:
+        """Refuse to write links with another key than the chain's (chain.key_problem)."""
+        newest = self._db.execute(
+            "SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq DESC LIMIT 2"
+        ).fetchall()
+        problem = key_problem([dict(row) for row in newest], self._key)
+        if problem is not None:
+            raise JournalError(f"cannot write journal {self.path}: {problem}")
 
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
         rows = self._query(sql, params)
