@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DURATION_EXAMPLES", "parse_duration"]
+__all__ = ["DURATION_EXAMPLES", "LONGEST", "parse_duration"]
 
 DURATION_EXAMPLES = "30s, 15m, 2h, 1d, 1w, 1h30m"
 
 _DURATION = re.compile(r"(?:(\d+)([smhdw]))+")
 _UNIT = re.compile(r"(\d+)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+LONGEST = 100 * 365 * 86400
+"""The longest duration taken (100 years): a date further back is not one a computer has."""
 
 
 def parse_duration(text: str) -> int | None:

@@ -160,6 +160,7 @@ def test_a_journal_from_before_the_chain_gets_its_records_linked(address: str, o
     # Back to the schema before the chain, as a journal written by the last release is.
     sql(address, "DROP TABLE chain")
     sql(address, "ALTER TABLE changes DROP COLUMN redo_of")
+    sql(address, "ALTER TABLE changes DROP COLUMN undo_run")
     if address.startswith("postgresql"):
         sql(address, "UPDATE schema_version SET version = 5")
     else:

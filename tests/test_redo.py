@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -105,6 +106,18 @@ async def test_an_id_the_server_handed_out_stops_the_redo_with_why(proxy, tasks_
         task = await client.call_ok("tasks__add_task", {"title": "a", "parent_id": None})
         await client.call_ok("tasks__complete_task", {"id": task["id"]})
         await client.undo_to(cp)
+        # The plan cannot know the replay's id: it says the second depends on it.
+        plan = await redo(client, checkpoint_id=cp, dry_run=True)
+        assert [r["tool"] for r in plan["redone"]] == ["tasks__add_task", "tasks__complete_task"]
+        assert "replayed only if that replay is handed it again" in plan["redone"][1]["note"]
+        # Redoing the second alone is refused while the first is undone.
+        alone = await redo(client, change_id=plan["redone"][1]["change_id"])
+        assert alone["redone"] == []
+        assert alone["skipped"][0]["reason"] == (
+            f"its arguments hold {task['id']}, which change {plan['redone'][0]['change_id']}'s "
+            "first run was handed, and change "
+            f"{plan['redone'][0]['change_id']} is undone: redo it first"
+        )
         report = await redo(client, checkpoint_id=cp)
         [added] = report["redone"]
         [completed] = report["skipped"]
@@ -256,3 +269,66 @@ async def test_compensator_redo_from_a_terminal(proxy, tasks_config, tasks_env, 
         assert len((await client.undo_to(cp))["undone"]) == 2
     status, said = _redo_cli(tasks_config, db, tasks_env, "--change", "99", "--yes")
     assert status == 1 and "change 99 is not one an undo took back" in said, said
+
+
+async def test_redo_to_replays_the_latest_undo_only_and_a_failed_replay_can_be_retried(
+    proxy, tasks_config, tasks_env, tmp_path: Path
+):
+    async with proxy(tasks_config, env=tasks_env) as client:
+        keep = await client.call_ok("tasks__add_task", {"title": "a", "parent_id": None})
+        cp = await client.checkpoint()
+        mistake = await client.call_ok("tasks__add_label", {"name": "mistake"})
+        assert mistake["created"]
+        [undone] = (await client.call_ok("undo_change", {"change_id": 2}))["undone"]
+        assert undone["tool"] == "tasks__add_label"
+        await client.call_ok("tasks__toggle_task", {"id": keep["id"]})
+        await client.undo_to(cp)
+        # The task goes behind the proxy's back: the toggle's replay fails.
+        with sqlite3.connect(tmp_path / "tasks.db") as db:
+            db.execute("DELETE FROM tasks WHERE id = ?", (keep["id"],))
+        report = await redo(client, checkpoint_id=cp)
+        assert report["redone"] == []
+        [failed] = report["skipped"]
+        assert failed["tool"] == "tasks__toggle_task"
+        assert re.fullmatch(r"its replay \(change \d+\) ended error: .+", failed["reason"])
+        labels = (await client.call_ok("tasks__list_labels"))["labels"]
+        assert "mistake" not in json.dumps(labels), "an earlier undo's change was replayed"
+        # Nothing happened, so it may be tried again once the task is back.
+        with sqlite3.connect(tmp_path / "tasks.db") as db:
+            db.execute(
+                "INSERT INTO tasks (id, title, status) VALUES (?, 'a', 'open')", (keep["id"],)
+            )
+        again = await redo(client, checkpoint_id=cp)
+        assert [r["tool"] for r in again["redone"]] == ["tasks__toggle_task"], again
+
+
+async def test_compensator_redo_covers_every_agents_changes_as_undo_does(
+    proxy, tasks_config, tasks_env, tmp_path: Path
+):
+    db = tmp_path / "journal.db"
+    async with proxy(tasks_config, db=db, env=tasks_env) as first:
+        cp = await first.checkpoint()
+        async with proxy(tasks_config, db=db, env=tasks_env) as second:
+            await first.call_ok("tasks__add_label", {"name": "x"})
+            await second.call_ok("tasks__add_label", {"name": "y"})
+    agents = dict(sql_rows(db, "SELECT id, agent FROM changes"))
+    assert len(set(agents.values())) == 2, "the two proxies were one agent"
+    done = subprocess.run(
+        [sys.executable, "-m", "compensator", "undo", "--config", str(tasks_config),
+         "--db", str(db), "--to", str(cp), "--yes"],
+        capture_output=True, text=True, env={**os.environ, **tasks_env}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    status, said = _redo_cli(tasks_config, db, tasks_env, "--to", str(cp), "--yes")
+    assert status == 0, said
+    replays = sql_rows(db, "SELECT redo_of, agent FROM changes WHERE redo_of IS NOT NULL")
+    assert sorted(replays) == sorted(agents.items()), "a replay is not its first run's agent's"
+    status, said = _redo_cli(
+        tasks_config, db, tasks_env, "--to", str(cp), "--agent", agents[1], "--dry-run"
+    )
+    assert status == 0 and "Nothing to redo" in said, said
+
+
+def sql_rows(db: Path, statement: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(statement).fetchall()

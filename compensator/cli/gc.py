@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..durations import DURATION_EXAMPLES, parse_duration
+from ..durations import DURATION_EXAMPLES, LONGEST, parse_duration
 from ..errors import CompensatorError
 from .common import before_moment, db_argument, describe_collected, journal_path, plural
 
@@ -81,8 +81,10 @@ def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _duration(text: str) -> int:
     seconds = parse_duration(text)  # 0s: everything made so far that may go
-    if seconds is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration ({DURATION_EXAMPLES})")
+    if seconds is None or seconds > LONGEST:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration of at most 100 years ({DURATION_EXAMPLES})"
+        )
     return seconds
 
 

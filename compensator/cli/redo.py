@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CompensatorError
 from ..limits import STARTUP_TIMEOUT
-from .common import add_registry_arguments, journal_id, journal_path
+from .common import add_agent_argument, add_registry_arguments, journal_id, journal_path
 from .terminal import Styler, add_startup_timeout, confirm, log_to_stderr
 
 if TYPE_CHECKING:
@@ -25,16 +25,17 @@ examples:
   compensator redo --config compensators.yaml --to 3             # plan, then asks y/N
   compensator redo --config compensators.yaml --change 7 --yes
 
-Replays, oldest first, the changes an undo took back after checkpoint N (or change N alone)
-with the arguments they were journaled with, through the registry's servers (started here).
-Each replay is a new change in the journal, of the agent whose changes they were, so undo
-takes it back again. A change is refused, with the reason, when replaying it cannot give the
-same effect: its arguments were journaled redacted; a later change to its server is still in
-effect; its snapshot read sees something else than before its first run (drift since the
-undo); its arguments hold an id the server handed its first run and not its replay. Every
-change after a refused one is refused too, since it may depend on it. Exit 0 when everything
-planned was replayed, 1 when anything was refused or failed, 2 when confirmation was needed
-but stdin is not a terminal.
+Replays, oldest first, the changes the latest undo after checkpoint N took back (or change N
+alone) with the arguments they were journaled with, through the registry's servers (started
+here); every agent's, as `undo` covers them, or --agent NAME's. Each replay is a new change in
+the journal, of the agent whose change it replays, so undo takes it back again. A change is
+refused, with the reason, when replaying it cannot give the same effect: its arguments were
+journaled redacted; a later change to its server is still in effect; its snapshot read sees
+something else than before its first run (drift since the undo); its arguments hold an id the
+server handed its first run and not its replay. Every change after a refused one is refused
+too, since it may depend on it. Exit 0 when everything
+planned was replayed as its first run went, 1 when anything was refused, failed or differed,
+2 when confirmation was needed but stdin is not a terminal.
 """
 
 
@@ -55,6 +56,7 @@ def add_redo_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dry-run", action="store_true", help="show the plan, change nothing")
     parser.add_argument("--yes", "-y", action="store_true", help="redo without asking")
+    add_agent_argument(parser, "redo only this agent's changes (default: every agent's)")
     add_startup_timeout(parser, STARTUP_TIMEOUT, "start")
 
 
@@ -65,31 +67,15 @@ def run_redo(args: argparse.Namespace) -> int:
 
         registry = load_registry(args.config, environ=registry_environment(starts_servers=True))
         path = journal_path(args.db, args.config)
-        agent = _agent_of(path, args)
         import anyio
 
-        return anyio.run(_redo, registry, path, agent, args)
+        return anyio.run(_redo, registry, path, args)
     except CompensatorError as exc:
         print(f"compensator redo: {exc}", file=sys.stderr)
         return 1
 
 
-def _agent_of(path: str | Path, args: argparse.Namespace) -> str | None:
-    """The agent whose changes are redone: the replays are journaled as its changes."""
-    from ..journal import open_journal
-
-    journal = open_journal(path, read_only=True)
-    try:
-        if args.change is not None:
-            change = journal.change(args.change)
-            return None if change is None else change.agent
-        checkpoint = journal.checkpoint(args.to)
-        return None if checkpoint is None else checkpoint.agent
-    finally:
-        journal.close()
-
-
-async def _redo(registry: Registry, path: str | Path, agent: str | None, args: Any) -> int:
+async def _redo(registry: Registry, path: str | Path, args: Any) -> int:
     import anyio
 
     from ..journal import open_journal
@@ -98,17 +84,18 @@ async def _redo(registry: Registry, path: str | Path, agent: str | None, args: A
 
     style = Styler.for_stream(sys.stdout)
     target = {"checkpoint_id": args.to, "change_id": args.change}
-    journal = open_journal(path, agent=agent, person=agent is None)
+    # A person's session: each replay is journaled for the agent whose change it replays.
+    journal = open_journal(path, person=True)
     try:
         servers = registry.servers.values()
         async with DownstreamPool(servers, startup_timeout=args.startup_timeout) as pool:
             for name, reason in pool.failures.items():
                 print(f"compensator redo: server {name!r} did not start: {reason}", file=sys.stderr)
-            proxy = Proxy(registry, journal, pool)
+            proxy = Proxy(registry, journal, pool, redo_agent=args.agent)
             plan = await proxy.redo(**target, dry_run=True)
             print(render(plan, style, planned=True))
             if not plan.redone or args.dry_run:
-                return 0 if not plan.skipped else 1
+                return 0 if plan.complete else 1
             if not args.yes:
                 if not sys.stdin.isatty():
                     print(
@@ -123,7 +110,7 @@ async def _redo(registry: Registry, path: str | Path, agent: str | None, args: A
                     return 1
             report = await proxy.redo(**target, dry_run=False)
             print(render(report, style, planned=False))
-            return 0 if not report.skipped else 1
+            return 0 if report.complete else 1
     finally:
         journal.close()
 
@@ -134,7 +121,8 @@ def render(report: RedoReport, style: Styler, *, planned: bool) -> str:
     for entry in report.redone:
         change = f"change {entry['change_id']} {entry['tool']}"
         if planned:
-            lines.append(f"{style('replay', 'green')} {change}")
+            note = f" ({entry['note']})" if "note" in entry else ""
+            lines.append(f"{style('replay', 'green')} {change}{note}")
             continue
         line = f"{style('replayed', 'green')} {change} as change {entry['new_change_id']}"
         if "differs" in entry:

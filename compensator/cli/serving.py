@@ -163,7 +163,7 @@ def _retain(registry: Registry, journal: JournalStore) -> None:
         found = journal.collect(
             before_moment(retention.older_than), keep=retention.keep_checkpoints
         )
-    except JournalError as exc:
+    except (JournalError, OverflowError) as exc:
         log.warning("retention: nothing was dropped from the journal: %s", exc)
         return
     log.info("retention: %s", describe_collected(found))

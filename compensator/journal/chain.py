@@ -69,6 +69,7 @@ CHAINED: dict[str, tuple[str, ...]] = {
         "post_state",
         "post_state_error",
         "redo_of",
+        "undo_run",
     ),
     "compensations": (
         "change_id",

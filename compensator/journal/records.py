@@ -66,6 +66,9 @@ class Intent:
     snapshot_error: str | None = None
     redo_of: int | None = None
     """The change this call replays (a redo), if it does."""
+    owner: tuple[str | None, str | None] | None = None
+    """The (agent, scope) the change is journaled for, when not the store's own session's: a
+    redo replays a change as a change of the agent whose it was."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +152,8 @@ class Change:
     post_state_recorded: bool = False
     redo_of: int | None = None
     """The change this one replayed (`redo`), if it did."""
+    undo_run: str | None = None
+    """Which undo settled it (one id per undo_to, undo_change or `compensator undo`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The shape `list_changes` and `undo_to` report."""

@@ -27,7 +27,7 @@ __all__ = [
 CHANGE_COLUMNS = (
     "id, checkpoint_id, tool, classification, status, args, snapshot, snapshot_error, "
     "result, error, created_at, completed_at, undone_at, undo_note, session, agent, scope, "
-    "post_state, post_state_error, redo_of"
+    "post_state, post_state_error, redo_of, undo_run"
 )
 CHECKPOINT_COLUMNS = "id, label, created_at, last_change_id, session, agent, scope"
 DECISION_COLUMNS = (

@@ -49,6 +49,10 @@ class JournalStore(Protocol):
     """The shared scope this session joined (None: none). Changes and checkpoints record it;
     an agent in a scope sees, checkpoints and undoes its own changes and the scope's."""
 
+    undo_run: str | None
+    """The undo this session runs now, if any: the changes it settles record it, so that
+    redo knows which changes one undo took back."""
+
     @property
     def location(self) -> str:
         """Where the journal is, for a person: a file path, or a URL without its password."""

@@ -52,7 +52,16 @@ class Proxy:
     """Routes `server__tool` calls (and the unprefixed server's own names) downstream and
     answers the meta tools itself."""
 
-    def __init__(self, registry: Registry, journal: JournalStore, pool: DownstreamPool) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        journal: JournalStore,
+        pool: DownstreamPool,
+        *,
+        redo_agent: str | None = None,
+    ) -> None:
+        """`redo_agent`: on a person's journal (`compensator redo`), the one agent whose
+        changes redo covers; otherwise the journal's agent's (every agent's for a person)."""
         self.registry = registry
         self.journal = journal
         self.pool = pool
@@ -70,8 +79,9 @@ class Proxy:
             journal,
             registry,
             replay=self._replay,
+            probe=self._replay_problem,
             read=self._read,
-            agent=journal.agent,
+            agent=redo_agent if redo_agent is not None else journal.agent,
             scope=journal.scope,
         )
         self._meta: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {
@@ -253,38 +263,46 @@ class Proxy:
         async with self._serial.setdefault(routed.server, anyio.Lock()):
             return (await self._journaled_call(routed, classification, arguments))[0]
 
-    async def _replay(self, tool: str, arguments: dict[str, Any], redo_of: int) -> int:
+    async def _replay(self, change: Change) -> int:
         """Send a journaled call again for redo, through the same guardrails and journal as
-        the agent's calls; the new change's id. Refused when it was not sent."""
-        routed = self.pool.route(tool)
+        the agent's calls, as a change of the agent whose it was; the new change's id.
+        Refused when it was not sent."""
+        routed = self.pool.route(change.tool)
         if routed is None:
-            raise Refused(self.pool.missing_reason(tool))
-        classification = classify(self.registry, self.pool, tool, arguments)
-        refused = await self._guard(tool, classification, arguments)
+            raise Refused(self.pool.missing_reason(change.tool))
+        arguments = dict(change.args)
+        classification = classify(self.registry, self.pool, change.tool, arguments)
+        refused = await self._guard(change.tool, classification, arguments)
         if refused is None:
-            refused_text = await self.pool.ensure_running(routed.server)
+            problem = await self.pool.ensure_running(routed.server)
         else:
-            refused_text = " ".join(item.get("text", "") for item in refused["content"])
-        if refused_text:
-            raise Refused(refused_text)
+            problem = " ".join(item.get("text", "") for item in refused["content"])
+        if problem:
+            raise Refused(problem)
         async with self._serial.setdefault(routed.server, anyio.Lock()):
-            _, change_id = await self._journaled_call(
-                routed, classification, arguments, redo_of=redo_of
-            )
+            _, change_id = await self._journaled_call(routed, classification, arguments, change)
         if change_id is None:
-            raise Refused(f"{tool} was not called: the journal cannot record it")
+            raise Refused(f"{change.tool} was not called: the journal cannot record it")
         return change_id
+
+    def _replay_problem(self, change: Change) -> str | None:
+        """Why a replay would not be sent now, asking nobody and sending nothing."""
+        if self.pool.route(change.tool) is None:
+            return self.pool.missing_reason(change.tool)
+        classification = classify(self.registry, self.pool, change.tool, dict(change.args))
+        verdict = decide(self.registry, change.tool, classification, change.args)
+        return verdict.reason if verdict.action == DENY else None
 
     async def _journaled_call(
         self,
         routed: RoutedTool,
         classification: Classification,
         arguments: dict[str, Any],
-        *,
-        redo_of: int | None = None,
+        redo: Change | None = None,
     ) -> tuple[sdk.ToolResult, int | None]:
-        """Journal the call, forward it, record its outcome: the result for the client and
-        the change's id (None: the journal refused it, nothing was sent)."""
+        """Journal the call (as a replay of `redo`, for its agent, when given), forward it,
+        record its outcome: the result for the client and the change's id (None: the journal
+        refused it, nothing was sent)."""
         policy = self.registry.policy(routed.name)
         hidden = policy.redact if policy is not None else ()
         snapshot, snapshot_error = await self._snapshot(policy, arguments)
@@ -294,7 +312,8 @@ class Proxy:
             args=redact(arguments, "args", hidden),
             snapshot=snapshot,
             snapshot_error=snapshot_error,
-            redo_of=redo_of,
+            redo_of=None if redo is None else redo.id,
+            owner=None if redo is None else (redo.agent, redo.scope),
         )
         try:
             self.settle_outcomes()

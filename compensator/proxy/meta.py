@@ -249,6 +249,8 @@ def parse_undo_change(args: Mapping[str, Any]) -> tuple[int, bool, bool]:
 def parse_redo(args: Mapping[str, Any]) -> tuple[int | None, int | None, bool]:
     """(checkpoint_id, change_id, dry_run): exactly one of the two ids."""
     _check_keys("redo", args)
+    # A client that leaves a field empty may send null for it: null is not given.
+    args = {name: value for name, value in args.items() if value is not None}
     if ("checkpoint_id" in args) == ("change_id" in args):
         raise MetaArgumentError(
             "redo: give checkpoint_id (redo what undo_to took back after it) or change_id "

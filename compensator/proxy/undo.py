@@ -4,6 +4,7 @@ checkpoint or since a moment, or one change alone when nothing later can depend 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -184,12 +185,19 @@ class Undoer:
         if not dry_run:
             # Calls another process left pending when it died are `unknown` from now on.
             self._journal.recover_abandoned()
+            # The changes this undo settles say so: redo replays one undo's changes.
+            self._journal.undo_run = uuid.uuid4().hex[:12]
         report = UndoReport()
-        for change in select():
-            kind, entry = await self._isolated(change, dry_run=dry_run, force=force, alone=alone)
-            getattr(report, kind).append(entry)
-            if progress is not None:
-                progress(kind, entry)
+        try:
+            for change in select():
+                kind, entry = await self._isolated(
+                    change, dry_run=dry_run, force=force, alone=alone
+                )
+                getattr(report, kind).append(entry)
+                if progress is not None:
+                    progress(kind, entry)
+        finally:
+            self._journal.undo_run = None
         return report
 
     def unknown_checkpoint(self, checkpoint_id: object) -> str:

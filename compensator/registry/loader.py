@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..classification import Classification
-from ..durations import DURATION_EXAMPLES, parse_duration
+from ..durations import DURATION_EXAMPLES, LONGEST, parse_duration
 from ..errors import RegistryError, did_you_mean
 from . import keys
 from .model import (
@@ -281,10 +281,10 @@ def _retention(r: Reader, raw: Any) -> Retention | None:
     raw = r.mapping(raw, "retention", keys.RETENTION, ("older_than",))
     text = raw["older_than"]
     seconds = parse_duration(text) if isinstance(text, str) else None
-    if seconds is None:
+    if seconds is None or seconds > LONGEST:
         raise r.error(
             "retention.older_than",
-            f"expected a duration, got {text!r}",
+            f"expected a duration of at most 100 years, got {text!r}",
             f"Write how long the journal keeps what was done, e.g. 30d ({DURATION_EXAMPLES}).",
         )
     pins = r.expect(raw.get("keep_checkpoints", []), list, "retention.keep_checkpoints")

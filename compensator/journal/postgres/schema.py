@@ -128,6 +128,7 @@ MIGRATIONS: dict[int, str] = {
     # Redo: the change a call replays.
     5: f"""
     ALTER TABLE {SCHEMA_NAME}.changes ADD COLUMN redo_of bigint;
+    ALTER TABLE {SCHEMA_NAME}.changes ADD COLUMN undo_run text;
     CREATE TABLE {SCHEMA_NAME}.chain (
         seq bigint PRIMARY KEY,
         tbl text NOT NULL,

@@ -95,6 +95,7 @@ class PostgresJournal(Connection, Reads):
         self._requests = 0
         self._key = journal_key()
         self._chained = True  # benchmarks/journal.py turns it off to measure what it costs
+        self.undo_run: str | None = None
         super().__init__(url, read_only=read_only, fsync=fsync, lease=lease)
         try:
             if read_only:
@@ -213,6 +214,7 @@ class PostgresJournal(Connection, Reads):
 
     def record_intent(self, intent: Intent) -> int:
         request = self._request()
+        agent, scope = (self.agent, self.scope) if intent.owner is None else intent.owner
         values = {
             "tool": intent.tool,
             "classification": intent.classification,
@@ -223,8 +225,8 @@ class PostgresJournal(Connection, Reads):
             "pid": os.getpid(),
             "created_at": now(),
             "session": self.session,
-            "agent": self.agent,
-            "scope": self.scope,
+            "agent": agent,
+            "scope": scope,
             "redo_of": intent.redo_of,
         }
 
@@ -417,9 +419,9 @@ class PostgresJournal(Connection, Reads):
 
     def _mark_undone(self, conn: psycopg.Connection[Any], change_id: int, note: str) -> None:
         row = conn.execute(
-            "UPDATE changes SET undone_at = %s, undo_note = %s "  # type: ignore[call-overload]
+            "UPDATE changes SET undone_at = %s, undo_note = %s, undo_run = %s "  # type: ignore[call-overload]
             f"WHERE id = %s AND undone_at IS NULL RETURNING id, {_chained('changes')}",
-            (now(), note, change_id),
+            (now(), note, self.undo_run, change_id),
         ).fetchone()
         if row is not None:
             self._link(conn, "changes", row)

@@ -105,9 +105,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX changes_scope ON changes (scope, id);
     """,
     # 5 -> 6: the hash chain (a tamper-evident journal); the store then links the records
-    # already there (chain.existing_links). Redo: the change a call replays.
+    # already there (chain.existing_links). Redo: the change a call replays, and the undo
+    # (one undo_to, undo_change or `compensator undo`) that settled a change.
     """
     ALTER TABLE changes ADD COLUMN redo_of INTEGER;
+    ALTER TABLE changes ADD COLUMN undo_run TEXT;
     CREATE TABLE chain (
         seq INTEGER PRIMARY KEY,
         tbl TEXT NOT NULL,

@@ -82,6 +82,7 @@ class SQLiteJournal(Reads):
         self._synchronous = "FULL" if fsync else "NORMAL"
         self._key = journal_key()
         self._chained = True  # benchmarks/journal.py turns it off to measure what it costs
+        self.undo_run: str | None = None
         self._lock = threading.Lock()
         self._locks = SessionLocks(self.path)
         self._held: int | None = None
@@ -288,9 +289,8 @@ class SQLiteJournal(Reads):
 
     def record_intent(self, intent: Intent) -> int:
         with self._transaction() as tx:
-            checkpoint = tx.scalar(
-                "SELECT MAX(id) FROM checkpoints WHERE agent IS ?", (self.agent,)
-            )
+            agent, scope = (self.agent, self.scope) if intent.owner is None else intent.owner
+            checkpoint = tx.scalar("SELECT MAX(id) FROM checkpoints WHERE agent IS ?", (agent,))
             return tx.add(
                 "changes",
                 {
@@ -304,8 +304,8 @@ class SQLiteJournal(Reads):
                     "pid": os.getpid(),
                     "created_at": now(),
                     "session": self.session,
-                    "agent": self.agent,
-                    "scope": self.scope,
+                    "agent": agent,
+                    "scope": scope,
                     "redo_of": intent.redo_of,
                 },
             )
@@ -427,11 +427,11 @@ class SQLiteJournal(Reads):
                 },
             )
             if undone is not None:
-                tx.mark_undone(*undone)
+                tx.mark_undone(*undone, run=self.undo_run)
 
     def mark_undone(self, change_id: int, note: str) -> None:
         with self._transaction() as tx:
-            tx.mark_undone(change_id, note)
+            tx.mark_undone(change_id, note, run=self.undo_run)
 
     def started_elsewhere(self, record: Compensation) -> bool:
         return (
@@ -589,10 +589,10 @@ class _Tx:
             if statement.strip():
                 self._db.execute(statement)
 
-    def mark_undone(self, change_id: int, note: str) -> None:
+    def mark_undone(self, change_id: int, note: str, *, run: str | None) -> None:
         self.update(
             "changes",
             change_id,
-            {"undone_at": now(), "undo_note": note},
+            {"undone_at": now(), "undo_note": note, "undo_run": run},
             where=" AND undone_at IS NULL",
         )
