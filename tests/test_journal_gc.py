@@ -248,3 +248,15 @@ def test_a_writer_with_another_key_than_the_chains_is_refused(
         open_journal(address)
     monkeypatch.setenv("COMPENSATOR_JOURNAL_KEY", "the key")
     assert open_journal(address).verify_chain(b"the key").holds
+
+
+def test_writers_that_opened_an_empty_journal_with_different_keys_do_not_mix_them(
+    address: str, open_journal, monkeypatch
+):
+    unkeyed = open_journal(address)
+    monkeypatch.setenv("COMPENSATOR_JOURNAL_KEY", "the key")
+    keyed = open_journal(address)  # nothing to compare with yet: the chain is empty
+    unkeyed.create_checkpoint(None)
+    with pytest.raises(JournalError, match="COMPENSATOR_JOURNAL_KEY is set, but the journal's"):
+        keyed.create_checkpoint(None)
+    assert unkeyed.verify_chain(None).holds

@@ -288,6 +288,8 @@ async def test_redo_to_replays_the_latest_undo_only_and_a_failed_replay_can_be_r
             db.execute("DELETE FROM tasks WHERE id = ?", (keep["id"],))
         report = await redo(client, checkpoint_id=cp)
         assert report["redone"] == []
+        [left] = report["left_undone"]
+        assert (left["change_id"], left["tool"]) == (2, "tasks__add_label")
         [failed] = report["skipped"]
         assert failed["tool"] == "tasks__toggle_task"
         assert re.fullmatch(r"its replay \(change \d+\) ended error: .+", failed["reason"])
@@ -332,3 +334,18 @@ async def test_compensator_redo_covers_every_agents_changes_as_undo_does(
 def sql_rows(db: Path, statement: str) -> list[tuple[Any, ...]]:
     with sqlite3.connect(db) as connection:
         return connection.execute(statement).fetchall()
+
+
+async def test_an_earlier_undone_change_that_only_echoed_its_arguments_blocks_nothing(
+    proxy, tasks_config, tasks_env
+):
+    async with proxy(tasks_config, env=tasks_env) as client:
+        task = await client.call_ok("tasks__add_task", {"title": "a", "parent_id": None})
+        cp = await client.checkpoint()
+        await client.call_ok("tasks__rename_task", {"id": task["id"], "title": "b"})
+        await client.call_ok("undo_change", {"change_id": 2})  # its result names the task
+        await client.call_ok("tasks__complete_task", {"id": task["id"]})
+        await client.undo_to(cp)
+        report = await redo(client, checkpoint_id=cp)
+        assert [r["tool"] for r in report["redone"]] == ["tasks__complete_task"], report
+        assert [c["change_id"] for c in report["left_undone"]] == [2]

@@ -37,10 +37,11 @@ The hash chain stays verifiable: the links of what was dropped are replaced by o
 link (keyed like the others when $COMPENSATOR_JOURNAL_KEY is set) that names the last link
 dropped, and `compensator log --verify` holds afterwards. A journal whose chain does not hold
 is refused (exit 1): dropping records would hide what changed them. It is one transaction,
-safe while proxies run on the journal (the chain is checked before it, so they wait only for
-the deletes). SQLite reuses the space freed; --compact also shrinks the file (VACUUM), which
-holds the journal for as long as it rewrites it: run that when no proxy is busy. `serve`
-does the same at start-up when the registry has a `retention:` section (without --compact).
+safe while proxies run on the journal (the chain is checked before it; they wait while gc
+reads each record's id, time and status and deletes). SQLite reuses the space freed;
+--compact also shrinks the file (VACUUM), which holds the journal for as long as it rewrites
+it: run that when no proxy is busy. `serve` does the same at start-up when the registry has a
+`retention:` section (without --compact).
 """
 
 
@@ -129,9 +130,11 @@ def run_gc(args: argparse.Namespace) -> int:
         print(json.dumps(_as_json(found, verdict, location, sizes), indent=2))
     else:
         print(describe_collected(found))
+        if found.not_compacted is not None:
+            print(f"The file was not shrunk: {found.not_compacted}")
         print(_chain_line(verdict))
         print(f"journal: {location}{_sizes(sizes)}")
-    return 0 if verdict.holds else 1
+    return 0 if verdict.holds and found.not_compacted is None else 1
 
 
 def _chain_line(verdict: Verdict) -> str:
@@ -175,6 +178,7 @@ def _as_json(
             "links": found.links,
         },
         "kept": {"unsettled": found.unsettled, "pinned": found.pinned},
+        "not_compacted": found.not_compacted,
         "chain_holds": verdict.holds,
         "chain_problem": verdict.problem,
         "bytes": {"before": sizes[0], "after": sizes[1]},

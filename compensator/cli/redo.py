@@ -128,9 +128,12 @@ def render(report: RedoReport, style: Styler, *, planned: bool) -> str:
         if "differs" in entry:
             line += f" ({style('but', 'yellow')} {entry['differs']})"
         lines.append(line)
+    for entry in report.left_undone:
+        lines.append(f"{style('left', 'dim')} change {entry['change_id']} {entry['tool']}: "
+                     f"{entry['reason']}")  # fmt: skip
     for entry in report.skipped:
         lines.append(f"{style('refused', 'yellow')} change {entry['change_id']} "
                      f"{entry['tool']}: {entry['reason']}")  # fmt: skip
-    if not lines:
+    if not report.redone and not report.skipped:
         lines.append("Nothing to redo: no change an undo took back is left to replay.")
     return "\n".join(lines)

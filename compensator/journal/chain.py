@@ -34,6 +34,7 @@ __all__ = [
     "journal_key",
     "key_problem",
     "link_problem",
+    "mixed_keys",
     "next_link",
     "stored_link",
     "summary_link",
@@ -273,16 +274,9 @@ def key_problem(newest: list[Mapping[str, Any]], key: bytes | None) -> str | Non
     if not newest:
         return None
     head = stored_link(newest[0])
-    if head.keyed and key is None:
-        return (
-            f"the journal's hash chain is keyed: set {KEY_VARIABLE} to the key it was written "
-            "with (every process that writes the journal needs it: serve, undo, redo, gc)"
-        )
-    if not head.keyed and key is not None:
-        return (
-            f"{KEY_VARIABLE} is set, but the journal's hash chain is not keyed: unset it for "
-            "this journal, or start a new journal with it set"
-        )
+    mixed = mixed_keys(head.keyed, key)
+    if mixed is not None:
+        return mixed
     if key is None:
         return None
     before = [stored_link(row) for row in newest[1:]]
@@ -297,6 +291,23 @@ def key_problem(newest: list[Mapping[str, Any]], key: bytes | None) -> str | Non
         prev = start[1]
     if _seal(head.seq, prev, head.table, head.row_id, head.state, key) != head.hash:
         return f"{KEY_VARIABLE} is not the key the journal's hash chain was written with"
+    return None
+
+
+def mixed_keys(last_keyed: bool, key: bytes | None) -> str | None:
+    """Why a link with `key` may not follow one whose `keyed` is `last_keyed`; None: it may.
+    Checked at every write too: two processes that opened an empty journal with different
+    keys would otherwise break its chain for good with their first writes."""
+    if last_keyed and key is None:
+        return (
+            f"the journal's hash chain is keyed: set {KEY_VARIABLE} to the key it was written "
+            "with (every process that writes the journal needs it: serve, undo, redo, gc)"
+        )
+    if not last_keyed and key is not None:
+        return (
+            f"{KEY_VARIABLE} is set, but the journal's hash chain is not keyed: unset it for "
+            "this journal, or start a new journal with it set"
+        )
     return None
 
 

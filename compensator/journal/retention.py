@@ -70,6 +70,8 @@ class Collected:
     """Changes older than `before` kept because they are not settled."""
     pinned: int = 0
     """Changes older than `before` kept because a checkpoint in `keep` comes before them."""
+    not_compacted: str | None = None
+    """Why the file was not shrunk when that was asked for, after what was dropped went."""
 
     @property
     def records(self) -> int:
@@ -101,20 +103,23 @@ def collect(
     link of the chain as a check of the whole journal found it holding, just before: only the
     links after it are checked here."""
     links = tx.select("SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq")
-    _recheck([stored_link(row) for row in links], verified, key)
+    stored = [stored_link(row) for row in links]
+    _recheck(stored, verified, key)
+    # Only what the plan reads, not arguments, snapshots and results: proxies wait meanwhile.
     rows = {
-        table: tx.select(f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id")
-        for table, columns in CHAINED.items()
+        table: tx.select(f"SELECT {', '.join(columns)} FROM {table} ORDER BY id")
+        for table, columns in _PLANNED.items()
     }
     plan = _Plan(rows, before=before, keep=keep)
     dropped = plan.dropped()
     if not dropped:
-        return Collected(before=before, dry_run=dry_run, **plan.kept_counts())
-    stored = [stored_link(row) for row in links]
+        return Collected(
+            before=before, dry_run=dry_run, unsettled=plan.unsettled, pinned=plan.pinned
+        )
     cut = max(link.seq for link in stored if (link.table, link.row_id) in dropped)
     newest = {(link.table, link.row_id): link for link in stored if link.table != SUMMARY}
     carried = [
-        (key_, plan.index[key_])
+        key_
         for key_, link in sorted(newest.items(), key=lambda item: item[1].seq)
         if link.seq <= cut and key_ not in dropped
     ]
@@ -128,7 +133,8 @@ def collect(
         decisions=len(plan.decisions),
         links=sum(1 for link in stored if link.seq <= cut),
         carried=len(carried),
-        **plan.kept_counts(),
+        unsettled=plan.unsettled,
+        pinned=plan.pinned,
     )
     if dry_run:
         return found
@@ -155,7 +161,7 @@ def collect(
     )
     _insert(tx, summary)
     last = (summary.seq, summary.hash)
-    for (table, _), record in carried:
+    for (table, _), record in zip(carried, _records(tx, carried), strict=True):
         link = next_link(last, table, record, key)
         _insert(tx, link)
         last = (link.seq, link.hash)
@@ -168,7 +174,6 @@ class _Plan:
     def __init__(
         self, rows: dict[str, list[dict[str, Any]]], *, before: str, keep: Collection[int]
     ) -> None:
-        self.index = {(table, row["id"]): row for table in rows for row in rows[table]}
         checkpoints = {row["id"]: row for row in rows["checkpoints"]}
         missing = sorted(set(keep) - set(checkpoints))
         if missing:
@@ -212,9 +217,6 @@ class _Plan:
     def dropped(self) -> set[tuple[str, int]]:
         return {(table, n) for table, ids in self.by_table() for n in ids}
 
-    def kept_counts(self) -> dict[str, int]:
-        return {"unsettled": self.unsettled, "pinned": self.pinned}
-
 
 def _settled(change: dict[str, Any], undoing: set[int]) -> bool:
     """Undone, or its outcome recorded and no undo of it begun (a compensating step recorded
@@ -241,6 +243,30 @@ def _recheck(stored: list[Link], verified: tuple[int, str] | None, key: bytes | 
         if problem is not None:
             checked(Verdict(links=0, head=None, keyed=False, problem=problem, problems=1))
         head = (link.seq, link.hash)
+
+
+_PLANNED = {
+    "checkpoints": ("id", "created_at", "last_change_id"),
+    "changes": ("id", "created_at", "status", "undone_at", "checkpoint_id"),
+    "compensations": ("id", "change_id"),
+    "decisions": ("id", "created_at", "last_checkpoint_id"),
+}
+"""The columns the plan reads of each chained table."""
+
+
+def _records(tx: Tx, keys: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The chained columns of the records `keys` names, in that order."""
+    found: dict[tuple[str, int], dict[str, Any]] = {}
+    for table, columns in CHAINED.items():
+        ids = [row_id for name, row_id in keys if name == table]
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for row in tx.select(
+                f"SELECT id, {', '.join(columns)} FROM {table} WHERE id IN ({marks})", chunk
+            ):
+                found[(table, row["id"])] = row
+    return [found[key] for key in keys]
 
 
 def _insert(tx: Tx, link: Link) -> None:

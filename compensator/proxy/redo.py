@@ -56,9 +56,12 @@ class RedoReport:
 
     redone: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    left_undone: list[dict[str, Any]] = field(default_factory=list)
+    """After the checkpoint, undone by an earlier undo than the latest: not in this redo."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"redone": self.redone, "skipped": self.skipped}
+        shown = {"redone": self.redone, "skipped": self.skipped}
+        return {**shown, "left_undone": self.left_undone} if self.left_undone else shown
 
     @property
     def complete(self) -> bool:
@@ -103,8 +106,18 @@ class Redoer:
         after = [c for c in undone if c.id > checkpoint.last_change_id]
         if not after:
             return RedoReport()
-        latest = max(after, key=lambda c: c.undone_at or "").undo_run
-        return await self._redo([c for c in after if c.undo_run == latest], undone, dry_run)
+        latest = max(after, key=lambda c: (c.undone_at or "", c.id)).undo_run
+        report = await self._redo([c for c in after if c.undo_run == latest], undone, dry_run)
+        report.left_undone = [
+            {
+                "change_id": c.id,
+                "tool": c.tool,
+                "reason": "an earlier undo took it back, not the latest: redo it by change_id",
+            }
+            for c in after
+            if c.undo_run != latest
+        ]
+        return report
 
     async def redo_change(self, change_id: int, *, dry_run: bool = False) -> RedoReport:
         """Replay one change that an undo took back."""
@@ -185,16 +198,8 @@ class _Run:
         self.servers: set[str] = set()  # those a change before this one in the plan went to
         self.open = redoer._journal.open_changes(None)
         planned = {c.id for c in plan}
-        first = min(planned)
         # Still undone, not replayed, and not in this redo: what they were handed is gone.
-        for earlier in undone:
-            if earlier.id < first and earlier.id not in planned:
-                for value in _leaves(earlier.result):
-                    self.handed.setdefault(
-                        value,
-                        f"which change {earlier.id}'s first run was handed, and change "
-                        f"{earlier.id} is undone: redo it first",
-                    )
+        self.left = [c for c in undone if c.id not in planned]
 
     async def check(self, change: Change, entry: dict[str, Any]) -> None:
         """Raise _Stop with the reason when `change` must not be replayed now."""
@@ -207,6 +212,13 @@ class _Run:
                 f"change {later[0].id} ({later[0].tool}) came after it and is still in effect: "
                 "replaying would go over it (undo it first)"
             )
+        for earlier in self.left:
+            held = sorted(_handed(earlier) & _leaves(change.args), key=repr)
+            if earlier.id < change.id and held:
+                raise _Stop(
+                    f"its arguments hold {held[0]!r}, which change {earlier.id}'s first run "
+                    f"was handed, and change {earlier.id} is undone: redo it first"
+                )
         for value in sorted(_leaves(change.args), key=repr):
             if value in self.handed:
                 raise _Stop(f"its arguments hold {value!r}, {self.handed[value]}")
@@ -228,7 +240,7 @@ class _Run:
         if policy is not None and compensable and not seen:
             await self._check_drift(change, policy)
         if self.dry_run:
-            for value in _leaves(change.result):
+            for value in _handed(change):
                 self.planned.setdefault(value, change.id)
 
     def _later_in_effect(self, change: Change) -> list[Change]:
@@ -271,7 +283,7 @@ class _Run:
                 + (f"; {happened}" if happened else "")
             )
         first, again = _leaves(change.result), _leaves(replayed.result)
-        for value in first - again:
+        for value in _handed(change) - again:
             self.handed.setdefault(
                 value, f"which change {change.id}'s first run was handed and its replay was not"
             )
@@ -285,6 +297,12 @@ class _Run:
                     f"its verify read after the replay differs from the first run's (e.g. "
                     f"{example})"
                 )
+
+
+def _handed(change: Change) -> set[Any]:
+    """What a change's first run was handed: the values of its result that its arguments did
+    not hold (an answer that echoes the call hands out nothing)."""
+    return _leaves(change.result) - _leaves(change.args)
 
 
 def _leaves(value: Any) -> set[Any]:

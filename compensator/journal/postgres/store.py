@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import JournalError
-from ..chain import CHAINED, Verdict, journal_key, key_problem, next_link, verify
+from ..chain import CHAINED, Verdict, journal_key, key_problem, mixed_keys, next_link, verify
 from ..records import (
     Checkpoint,
     Compensation,
@@ -432,7 +432,11 @@ class PostgresJournal(Connection, Reads):
         on every machine."""
         if not self._chained:
             return
-        last = conn.execute("SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+        last = conn.execute(
+            "SELECT seq, hash, keyed FROM chain ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if last is not None and (mixed := mixed_keys(last["keyed"], self._key)) is not None:
+            raise JournalError(f"cannot write journal {self._location}: {mixed}")
         previous = None if last is None else (int(last["seq"]), bytes(last["hash"]))
         conn.execute(INSERT_LINK, next_link(previous, table, record, self._key).row())
 

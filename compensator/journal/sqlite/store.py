@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from ..chain import (
     existing_links,
     journal_key,
     key_problem,
+    mixed_keys,
     next_link,
     verify,
 )
@@ -484,7 +486,10 @@ class SQLiteJournal(Reads):
                 tx, before=before, keep=keep, key=self._key, dry_run=dry_run, verified=verified
             )
         if compact and found.records and not dry_run:
-            self._compact()
+            try:
+                self._compact()
+            except JournalError as exc:  # what was dropped is gone all the same
+                return replace(found, not_compacted=str(exc))
         return found
 
     def _compact(self) -> None:
@@ -573,7 +578,11 @@ class _Tx:
         the transaction's write lock keeps links in commit order."""
         if self._key is False:
             return
-        last = self._db.execute("SELECT seq, hash FROM chain ORDER BY seq DESC LIMIT 1").fetchone()
+        last = self._db.execute(
+            "SELECT seq, hash, keyed FROM chain ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        if last is not None and (mixed := mixed_keys(bool(last[2]), self._key)) is not None:
+            raise JournalError(f"cannot write the journal: {mixed}")
         link = next_link(None if last is None else (last[0], last[1]), table, record, self._key)
         self._db.execute(_INSERT_LINK, link.row())
 
