@@ -9,20 +9,16 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ...errors import JournalError
 from ..chain import (
-    CHAINED,
     Verdict,
-    existing_links,
     journal_key,
     key_problem,
-    mixed_keys,
-    next_link,
     verify,
 )
 from ..records import (
@@ -38,6 +34,7 @@ from ..retention import Collected, checked, collect
 from ..rows import Reads, dump, host_identity, now
 from .files import SessionLocks, create_private, person_sentence
 from .schema import CHAIN_VERSION, MIGRATIONS, SCHEMA_VERSION, version_problem
+from .transaction import Tx, chained_rows
 
 __all__ = ["SQLiteJournal"]
 
@@ -155,7 +152,7 @@ class SQLiteJournal(Reads):
             )
         self.agent = agent
 
-    def _end_dead_sessions(self, tx: _Tx) -> None:
+    def _end_dead_sessions(self, tx: Tx) -> None:
         rows = tx.execute("SELECT id FROM sessions WHERE ended_at IS NULL").fetchall()
         for row in rows:
             if row["id"] != self.session and not self._locks.alive(row["id"]):
@@ -229,7 +226,7 @@ class SQLiteJournal(Reads):
                 tx.execute(f"PRAGMA user_version={target}")
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[_Tx]:
+    def _transaction(self) -> Iterator[Tx]:
         """One write transaction; a SQLite error in it is a JournalError, nothing written."""
         with self._lock:
             try:
@@ -237,7 +234,7 @@ class SQLiteJournal(Reads):
             except sqlite3.Error as exc:
                 raise self._failed("write", exc) from exc
             try:
-                yield _Tx(self._db, self._key if self._chained else False)
+                yield Tx(self._db, self._key if self._chained else False)
                 self._db.execute("COMMIT")
             except BaseException as exc:
                 if self._db.in_transaction:
@@ -463,7 +460,7 @@ class SQLiteJournal(Reads):
                     links = self._db.execute(
                         "SELECT seq, tbl, row_id, state, keyed, hash, note FROM chain ORDER BY seq"
                     ).fetchall()
-                    rows = _chained_rows(self._db)
+                    rows = chained_rows(self._db)
                 finally:
                     self._db.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -514,94 +511,3 @@ class SQLiteJournal(Reads):
     def _query_one(self, sql: str, params: Sequence[Any]) -> sqlite3.Row | None:
         rows = self._query(sql, params)
         return rows[0] if rows else None
-
-
-def _chained_rows(db: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
-    """Every chained record, per table, by id: what the chain is checked against."""
-    return {
-        table: [
-            dict(row)
-            for row in db.execute(f"SELECT id, {', '.join(columns)} FROM {table} ORDER BY id")
-        ]
-        for table, columns in CHAINED.items()
-    }
-
-
-_INSERT_LINK = (
-    "INSERT INTO chain (seq, tbl, row_id, state, keyed, hash, note) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-class _Tx:
-    """The connection inside one transaction, with the few helpers the writes share: `add`
-    and `update` also append the write's link to the hash chain (chain.py)."""
-
-    def __init__(self, db: sqlite3.Connection, key: bytes | Literal[False] | None) -> None:
-        self._db = db
-        self._key = key  # False: not chained (benchmarks only)
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        return self._db.execute(sql, params)
-
-    def select(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return [dict(row) for row in self._db.execute(sql, params)]
-
-    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._db.execute(sql, params).fetchone()[0]
-
-    def add(self, table: str, values: dict[str, Any]) -> int:
-        """Insert a record (the columns are the store's own names); the id SQLite gave it."""
-        marks = ", ".join("?" * len(values))
-        row_id = self._db.execute(
-            f"INSERT INTO {table} ({', '.join(values)}) VALUES ({marks})", tuple(values.values())
-        ).lastrowid
-        assert row_id is not None
-        self._link(table, {"id": row_id, **values})
-        return row_id
-
-    def update(self, table: str, row_id: int, values: dict[str, Any], *, where: str = "") -> None:
-        """Set `values` on a record (when `where`, an extra condition, holds for it)."""
-        assignments = ", ".join(f"{column} = ?" for column in values)
-        cursor = self._db.execute(
-            f"UPDATE {table} SET {assignments} WHERE id = ?{where}", (*values.values(), row_id)
-        )
-        if cursor.rowcount:
-            self._link(table, self._chained_row(table, row_id))
-
-    def _chained_row(self, table: str, row_id: int) -> dict[str, Any]:
-        columns = ", ".join(CHAINED[table])
-        row = self._db.execute(f"SELECT id, {columns} FROM {table} WHERE id = ?", (row_id,))
-        return dict(row.fetchone())
-
-    def _link(self, table: str, record: Mapping[str, Any]) -> None:
-        """Append the link of a write that left `record` (id and chained columns) in `table`;
-        the transaction's write lock keeps links in commit order."""
-        if self._key is False:
-            return
-        last = self._db.execute(
-            "SELECT seq, hash, keyed FROM chain ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
-        if last is not None and (mixed := mixed_keys(bool(last[2]), self._key)) is not None:
-            raise JournalError(f"cannot write the journal: {mixed}")
-        link = next_link(None if last is None else (last[0], last[1]), table, record, self._key)
-        self._db.execute(_INSERT_LINK, link.row())
-
-    def link_existing(self) -> None:
-        """Link the records a journal held before it had a chain."""
-        rows = _chained_rows(self._db)
-        for link in existing_links(rows, self._key or None):
-            self._db.execute(_INSERT_LINK, link.row())
-
-    def run_script(self, script: str) -> None:
-        # executescript() would COMMIT the open transaction; run statements one by one.
-        for statement in script.split(";"):
-            if statement.strip():
-                self._db.execute(statement)
-
-    def mark_undone(self, change_id: int, note: str, *, run: str | None) -> None:
-        self.update(
-            "changes",
-            change_id,
-            {"undone_at": now(), "undo_note": note, "undo_run": run},
-            where=" AND undone_at IS NULL",
-        )
