@@ -10,7 +10,16 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .records import Answer, Change, Checkpoint, Compensation, Decision, Status
+from .records import (
+    Answer,
+    Change,
+    Checkpoint,
+    Compensation,
+    Decision,
+    Intent,
+    Status,
+    StepStatus,
+)
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -18,10 +27,13 @@ __all__ = [
     "DECISION_COLUMNS",
     "Reads",
     "change_from_row",
+    "decision_values",
     "dump",
     "host_identity",
+    "intent_values",
     "load",
     "now",
+    "step_values",
 ]
 
 CHANGE_COLUMNS = (
@@ -45,6 +57,66 @@ def now() -> str:
 
 def dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def intent_values(
+    intent: Intent, *, session: str, agent: str | None, scope: str | None
+) -> dict[str, Any]:
+    """A new change's columns as both stores write them, `checkpoint_id` aside (each store
+    looks it up in its own transaction); in the PostgreSQL store's INSERT order."""
+    return {
+        "tool": intent.tool,
+        "classification": intent.classification,
+        "status": Status.PENDING,
+        "args": dump(dict(intent.args)),
+        "snapshot": dump(intent.snapshot),
+        "snapshot_error": intent.snapshot_error,
+        "pid": os.getpid(),
+        "created_at": now(),
+        "session": session,
+        "agent": agent,
+        "scope": scope,
+        "redo_of": intent.redo_of,
+    }
+
+
+def decision_values(
+    *,
+    tool: str,
+    classification: str,
+    args: Any,
+    answer: str,
+    reason: str | None,
+    session: str,
+    agent: str | None,
+    scope: str | None,
+) -> dict[str, Any]:
+    """A new decision's columns, the newest change and checkpoint ids aside."""
+    return {
+        "tool": tool,
+        "classification": classification,
+        "args": dump(args),
+        "answer": answer,
+        "reason": reason,
+        "created_at": now(),
+        "session": session,
+        "agent": agent,
+        "scope": scope,
+    }
+
+
+def step_values(change_id: int, step: int, tool: str, args: Any, *, session: str) -> dict[str, Any]:
+    """A compensating step's columns as it is claimed (`started`)."""
+    return {
+        "change_id": change_id,
+        "step": step,
+        "tool": tool,
+        "args": dump(args),
+        "status": StepStatus.STARTED,
+        "created_at": now(),
+        "pid": os.getpid(),
+        "session": session,
+    }
 
 
 def load(text: str | None) -> Any:

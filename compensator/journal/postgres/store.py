@@ -21,7 +21,16 @@ from ..records import (
     StepStatus,
 )
 from ..retention import Collected, checked, collect
-from ..rows import CHECKPOINT_COLUMNS, Reads, dump, host_identity, now
+from ..rows import (
+    CHECKPOINT_COLUMNS,
+    Reads,
+    decision_values,
+    dump,
+    host_identity,
+    intent_values,
+    now,
+    step_values,
+)
 from .connection import DEFAULT_LEASE, Connection
 from .schema import (
     INSERT_LINK,
@@ -215,20 +224,7 @@ class PostgresJournal(Connection, Reads):
     def record_intent(self, intent: Intent) -> int:
         request = self._request()
         agent, scope = (self.agent, self.scope) if intent.owner is None else intent.owner
-        values = {
-            "tool": intent.tool,
-            "classification": intent.classification,
-            "status": Status.PENDING,
-            "args": dump(dict(intent.args)),
-            "snapshot": dump(intent.snapshot),
-            "snapshot_error": intent.snapshot_error,
-            "pid": os.getpid(),
-            "created_at": now(),
-            "session": self.session,
-            "agent": agent,
-            "scope": scope,
-            "redo_of": intent.redo_of,
-        }
+        values = intent_values(intent, session=self.session, agent=agent, scope=scope)
 
         def body(conn: psycopg.Connection[Any]) -> int:
             # The lock in a statement of its own: the INSERT's snapshot then sees every
@@ -297,17 +293,16 @@ class PostgresJournal(Connection, Reads):
     def record_decision(
         self, *, tool: str, classification: str, args: Any, answer: str, reason: str | None = None
     ) -> int:
-        values = {
-            "tool": tool,
-            "classification": classification,
-            "args": dump(args),
-            "answer": answer,
-            "reason": reason,
-            "created_at": now(),
-            "session": self.session,
-            "agent": self.agent,
-            "scope": self.scope,
-        }
+        values = decision_values(
+            tool=tool,
+            classification=classification,
+            args=args,
+            answer=answer,
+            reason=reason,
+            session=self.session,
+            agent=self.agent,
+            scope=self.scope,
+        )
 
         def body(conn: psycopg.Connection[Any]) -> int:
             _ordered(conn)
@@ -347,16 +342,7 @@ class PostgresJournal(Connection, Reads):
             )["newest"]
             if newest != after:
                 return None
-            values = {
-                "change_id": change_id,
-                "step": step,
-                "tool": tool,
-                "args": dump(args),
-                "status": StepStatus.STARTED,
-                "created_at": now(),
-                "pid": os.getpid(),
-                "session": self.session,
-            }
+            values = step_values(change_id, step, tool, args, session=self.session)
             row = one(
                 conn.execute(
                     "INSERT INTO compensations "

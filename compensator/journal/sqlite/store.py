@@ -31,7 +31,15 @@ from ..records import (
     StepStatus,
 )
 from ..retention import Collected, checked, collect
-from ..rows import Reads, dump, host_identity, now
+from ..rows import (
+    Reads,
+    decision_values,
+    dump,
+    host_identity,
+    intent_values,
+    now,
+    step_values,
+)
 from .files import SessionLocks, create_private, person_sentence
 from .schema import CHAIN_VERSION, MIGRATIONS, SCHEMA_VERSION, version_problem
 from .transaction import Tx, chained_rows
@@ -290,24 +298,8 @@ class SQLiteJournal(Reads):
         with self._transaction() as tx:
             agent, scope = (self.agent, self.scope) if intent.owner is None else intent.owner
             checkpoint = tx.scalar("SELECT MAX(id) FROM checkpoints WHERE agent IS ?", (agent,))
-            return tx.add(
-                "changes",
-                {
-                    "checkpoint_id": checkpoint,
-                    "tool": intent.tool,
-                    "classification": intent.classification,
-                    "status": Status.PENDING,
-                    "args": dump(dict(intent.args)),
-                    "snapshot": dump(intent.snapshot),
-                    "snapshot_error": intent.snapshot_error,
-                    "pid": os.getpid(),
-                    "created_at": now(),
-                    "session": self.session,
-                    "agent": agent,
-                    "scope": scope,
-                    "redo_of": intent.redo_of,
-                },
-            )
+            values = intent_values(intent, session=self.session, agent=agent, scope=scope)
+            return tx.add("changes", {"checkpoint_id": checkpoint, **values})
 
     def record_outcome(
         self, change_id: int, *, status: str, result: Any = None, error: str | None = None
@@ -370,17 +362,18 @@ class SQLiteJournal(Reads):
             return tx.add(
                 "decisions",
                 {
-                    "tool": tool,
-                    "classification": classification,
-                    "args": dump(args),
-                    "answer": answer,
-                    "reason": reason,
+                    **decision_values(
+                        tool=tool,
+                        classification=classification,
+                        args=args,
+                        answer=answer,
+                        reason=reason,
+                        session=self.session,
+                        agent=self.agent,
+                        scope=self.scope,
+                    ),
                     "last_change_id": tx.scalar("SELECT COALESCE(MAX(id), 0) FROM changes"),
                     "last_checkpoint_id": tx.scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints"),
-                    "created_at": now(),
-                    "session": self.session,
-                    "agent": self.agent,
-                    "scope": self.scope,
                 },
             )
 
@@ -398,17 +391,7 @@ class SQLiteJournal(Reads):
             if newest != after:
                 return None
             return tx.add(
-                "compensations",
-                {
-                    "change_id": change_id,
-                    "step": step,
-                    "tool": tool,
-                    "args": dump(args),
-                    "status": StepStatus.STARTED,
-                    "created_at": now(),
-                    "pid": os.getpid(),
-                    "session": self.session,
-                },
+                "compensations", step_values(change_id, step, tool, args, session=self.session)
             )
 
     def record_step_outcome(
