@@ -127,6 +127,8 @@ def _group_running(process: Process) -> bool:
     that would reap it does not run inside a signal handler, and a zombie keeps its group."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(process.pid, os.WNOHANG)
+    if _not_ours(process):
+        return False
     try:
         os.killpg(process.pid, 0)
     except (ProcessLookupError, PermissionError):
@@ -181,6 +183,8 @@ async def _ends(condition: Callable[[], bool], within: float) -> bool:
 
 def _group_alive(process: Process) -> bool:
     """Whether any process of the group `start_process` made is left."""
+    if _not_ours(process):
+        return False
     try:
         os.killpg(process.pid, 0)
     except ProcessLookupError:
@@ -190,7 +194,27 @@ def _group_alive(process: Process) -> bool:
     return True
 
 
+def _not_ours(process: Process) -> bool:
+    """Whether the group id `process.pid` may now name someone else's group. Once the leader
+    has been reaped (its returncode known), its pid is free; while members of its group live,
+    the kernel does not hand that number out again, but once the group is gone it may, and a
+    process given it that starts a session of its own (a daemon, a database) leads a group
+    of that id. So: the leader is reaped and a process with its pid exists. A proxy runs for
+    days, and with pid_max at 32768 the numbers come round."""
+    if process.returncode is None:
+        return False
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:
+        return False  # no process has the number: what is left of the group is ours
+    except PermissionError:
+        return True
+    return True
+
+
 def _signal_group(process: Process, number: signal.Signals) -> None:
+    if _not_ours(process):
+        return
     try:
         os.killpg(process.pid, number)
     except ProcessLookupError:

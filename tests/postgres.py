@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,51 @@ postgresql = factories.postgresql("postgresql_proc")
 
 
 @pytest.fixture
-def postgres_url(postgresql: Any) -> str:
-    """libpq URL of the test's fresh database."""
-    return url_of(postgresql)
+def postgres_url(postgresql: Any, postgresql_proc: Any) -> Iterator[str]:
+    """libpq URL of the test's fresh database. After the test, the worker's server must still
+    run: one that died would otherwise show only at the session's end, on whatever test ran
+    last, with nothing saying which test it died in or why."""
+    yield url_of(postgresql)
+    problem = server_gone(postgresql_proc)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+def server_gone(server: Any) -> str | None:
+    """Why the pytest-postgresql `server` no longer runs (with its log's last lines), or None
+    while its postmaster lives."""
+    pid_file = Path(server.datadir) / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, IndexError, ValueError) as error:
+        gone = f"the worker's PostgreSQL server left no postmaster.pid ({error})"
+        return gone + _log_tail(server)
+    if not running(pid):
+        return f"the worker's PostgreSQL server (pid {pid}) died in this test" + _log_tail(server)
+    return None
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` runs. A zombie counts as dead: the postmaster's parent (pg_ctl) is gone,
+    and a container's init may never reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: a signal 0 says whether it exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # it runs as another user (tests/pg_ctl_unprivileged)
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _log_tail(server: Any, lines: int = 20) -> str:
+    try:
+        text = Path(server.logfile).read_text(errors="replace")
+    except OSError as error:
+        return f"; its log cannot be read: {error}"
+    return "; the end of its log:\n" + "\n".join(text.splitlines()[-lines:])

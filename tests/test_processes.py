@@ -111,6 +111,36 @@ async def test_a_server_that_exits_when_its_stdin_closes_is_not_signalled():
     assert process.returncode == 0
 
 
+REUSED = """
+import os, signal, sys
+from compensator import processes
+class Ended:  # what asyncio's Process shows of a server that ended and was reaped
+    returncode = 0
+    def __init__(self, pid): self.pid = pid
+# A server that ended long ago (reaped, its returncode known) and whose pid the kernel has
+# since given to another process, which leads a group of its own: here a sleep of the test's.
+processes._RUNNING.add(Ended(int(sys.argv[1])))
+processes.stop_on_sigterm()
+os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_sigterm_leaves_alone_a_group_that_took_the_number_of_an_ended_server():
+    """The proxy's SIGTERM handler signals the groups of the servers it started. One whose
+    server ended, and whose number now names someone else's group (a database started with a
+    session of its own, say: pid_max is 32768 on many machines), must not be signalled."""
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", REUSED, str(other.pid)], capture_output=True, timeout=WAIT
+        )
+        assert done.returncode == -15, done.stderr  # the proxy itself died of the SIGTERM
+        assert other.poll() is None, "the other group was signalled"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_serve_starts_the_servers_before_the_client_speaks_and_stops_them_if_it_leaves(
     write_registry: Callable[[str], Path], tmp_path: Path
 ):
