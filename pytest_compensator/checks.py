@@ -138,6 +138,7 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
             coverage.examples += 1
             with harness.example() as driver:
                 recorder = Recorder(driver, coverage, harness.registry, plan, errors)
+                recorder.reread_snapshots = settings.reread_snapshots
                 for attempt in range(PRE_STATES):
                     # When no call of the tool worked on this pre-state, more setup calls
                     # on top of it give it another: whether its preconditions ever hold

@@ -60,6 +60,8 @@ class Recorder:
         self.seen_ids: set[int] = set()
         self.seen_text: set[str] = set()
         self._state: Any = None  # the observed state, while no call can have changed it
+        self.reread_snapshots = False  # Settings.reread_snapshots
+        self._snapshot: tuple[str, dict[str, Any], Any] | None = None  # read before the call
 
     def observe(self) -> Any:
         if self._state is None:
@@ -173,10 +175,41 @@ class Recorder:
         nothing and leaves undo nothing to prove. True once a journaled call worked."""
         for _ in range(CALL_TRIES):
             args = self.draw_args(data, tool)
+            if self.reread_snapshots:
+                self._snapshot = self._read_snapshot(tool, args)
             journaled = self._promised_unchanged(tool, args) is None
             if self.call(tool, args) and journaled:
                 return True
         return False
+
+    def _read_snapshot(self, tool: str, args: Mapping[str, Any]) -> tuple[str, dict, Any] | None:
+        """The tool's snapshot read with arguments, as the proxy makes it for `args`: (tool,
+        arguments, what it answered, an error included). None for a snapshot without
+        arguments (a read of everything, which the state probes cover) or none at all."""
+        policy = self.registry.policy(tool)
+        if policy is None or policy.snapshot_tool is None or not policy.snapshot_args:
+            return None
+        try:
+            read_args = dict(policy.snapshot_args.render({"args": dict(args)}))
+        except (ValueError, TypeError):
+            return None
+        return policy.snapshot_tool, read_args, self._answer(policy.snapshot_tool, read_args)
+
+    def _answer(self, tool: str, args: Mapping[str, Any]) -> Any:
+        reply = self.driver.call(tool, args)
+        return {"error": reply.text} if reply.is_error else reply.value
+
+    def _snapshot_difference(self) -> str | None:
+        """How the snapshot read before the call differs from the same read now."""
+        if self._snapshot is None:
+            return None
+        tool, args, before = self._snapshot
+        self._snapshot = None
+        now = self._answer(tool, args)
+        if now == before:
+            return None
+        call = format_call(tool, args)
+        return f"{call} read {before!r} before the call and {now!r} after the undo"
 
     def call_read(self, data: st.DataObject) -> None:
         """Call one of the reads, which must leave the state as it was."""
@@ -195,7 +228,8 @@ class Recorder:
         self.trace.append(f"undo_to({checkpoint})")
         self._state = None
         observed = self.observe()
-        restored = observed == expected and not report["skipped"]
+        differs = self._snapshot_difference()
+        restored = observed == expected and not report["skipped"] and differs is None
         self.coverage.record_undo(report, verified=restored)
         if restored:
             return
@@ -204,6 +238,8 @@ class Recorder:
             f"undo_to({checkpoint}) did not restore the state at the checkpoint; "
             f"tools undone: {', '.join(involved) or 'none'}"
         )
+        if differs is not None and observed == expected:
+            headline += f" (the state probes agree, but {differs})"
         raise UndoFailure(
             format_failure(
                 headline=headline,

@@ -52,6 +52,10 @@ class Settings:
     seed_source: str  # where the seed came from, for the header
     min_verified: int
     report: Path | None
+    reread_snapshots: bool = False
+    """Also read a tool's snapshot (one with arguments) again after each undo of a round
+    trip: it must read as before the call. `compensator infer` sets it for candidates that
+    put back text, whose state probes may not show it (server-redis' list shows keys only)."""
 
 
 def add_options(parser: pytest.Parser) -> None:

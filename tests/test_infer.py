@@ -197,6 +197,54 @@ def test_a_delete_of_nothing_is_never_proven_a_read(tmp_path: Path) -> None:
     assert "kv__delete" not in written_entries(config)
 
 
+TEXT_KV = f"""\
+servers:
+  kv:
+    command: "${{COMPENSATOR_PYTHON}}"
+    args: ["{SERVERS / "textkv_server.py"}"]
+    env:
+      TEXTKV_FILE: "${{COMPENSATOR_WORKDIR}}/kv.json"
+      TEXTKV_MISSING: "Key not found: {{key}}"
+state:
+  # keys only, as server-redis' list: whether values come back only the snapshot shows
+  - {{tool: kv__keys, select: "regex_all(@, '(?m)^.+$')", unordered: true}}
+"""
+
+
+@pytest.mark.thorough  # about 90 s: infer, then the plugin on what it wrote
+def test_writes_of_a_server_that_answers_in_text_are_put_back_from_a_text_snapshot(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    """get answers the value as stored, or "Key not found: <key>": infer learns that
+    sentence from its sample reads, undoes put by putting the old text back or deleting what
+    was new, and reads get as text (plain_text), so "1.50" is put back as "1.50"."""
+    config = tmp_path / "kv.yaml"
+    config.write_text(TEXT_KV)
+    tools = ("kv__put", "kv__delete", "kv__get")
+    run = infer(config, *(f"--tool={t}" for t in tools), "--seed", SEED, "--json")
+    data = summary(run)["tools"]
+    put, delete = data["kv__put"], data["kv__delete"]
+    assert put["status"] == delete["status"] == "proven", (put, delete)
+    nothing = "snapshot == join('', ['Key not found: ', to_string(args.key)])"
+    assert put["entry"]["snapshot_tool"] == "kv__get"
+    assert [(step["tool"], step["when"].split(" && ")[-1]) for step in put["entry"]["inverse"]] == [
+        ("kv__put", nothing.replace("==", "!=")),
+        ("kv__delete", nothing),
+    ]
+    assert put["entry"]["inverse"][0]["args"] == {"key": "{args.key}", "value": "{snapshot}"}
+    assert delete["entry"]["inverse"][0]["tool"] == "kv__put"
+    proven = [a for a in put["attempts"] + delete["attempts"] if a["outcome"] == "proven"]
+    assert [a["candidate"].startswith("compensable (text)") for a in proven] == [True, True]
+    entries = written_entries(config)
+    assert entries["kv__get"] == {"classification": "read", "plain_text": True}
+    load_registry(config, example_environment(tmp_path))
+
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)  # load, two round trips, the state machine
+
+
 def test_without_state_probes_are_proposed_and_nothing_is_proven(tmp_path: Path) -> None:
     config = tmp_path / "tasks.yaml"
     config.write_text(SERVERS_STATE_RESET.split("\nstate:")[0] + "\n")

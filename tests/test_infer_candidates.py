@@ -24,8 +24,10 @@ from pytest_compensator.infer.candidates import (
     words,
 )
 from pytest_compensator.infer.filling import Source, fill
+from pytest_compensator.infer.probes import probe_entries
 from pytest_compensator.infer.proof import Attempt
 from pytest_compensator.infer.quarantine import quarantine_candidates
+from pytest_compensator.infer.texts import absence, text_candidates
 from pytest_compensator.infer.writing import add_to_state
 
 
@@ -510,3 +512,105 @@ def test_first_by_only_for_the_key_that_names_the_item_itself():
     assert fill(restore, [tasks]) == {
         "restored": "{snapshot.tasks[*].{parentId: parent_id, title: title}}"
     }
+
+
+# -- servers that answer in text (texts.py) ----------------------------------------------------
+
+KV_SET = tool("set", {"key": "string", "value": "string"})
+KV_GET = tool("get", {"key": "string"})
+KV_DELETE = ToolInfo(
+    name="s__delete",
+    prefix="s__",
+    schema={
+        "type": "object",
+        "properties": {"key": {"anyOf": [{"type": "string"}, {"type": "array"}]}},
+        "required": ["key"],
+    },
+)
+KV = offered(KV_SET, KV_GET, KV_DELETE)
+NOTHING = "join('', ['Key not found: ', to_string(args.key)])"
+
+
+def text_samples(*reads: tuple[str, str]) -> Samples:
+    """Sample calls of set whose get read `answer` for `key` (before the call)."""
+    samples = Samples()
+    for key, answer in reads:
+        samples.args.append({"key": key, "value": "v"})
+        samples.results.append("OK")
+        samples.snapshots.setdefault(KV_GET.name, []).append(answer)
+        samples.read_pairs.setdefault(KV_GET.name, []).append(({"key": key}, answer))
+    return samples
+
+
+def test_the_answer_for_nothing_is_the_wording_seen_around_two_different_arguments():
+    pairs = [({"key": "a"}, "Key not found: a"), ({"key": "b"}, "Key not found: b")]
+    found = absence(pairs, {"key": "key"})
+    assert found is not None and found.describe() == "Key not found: <key>"
+    assert found.expression() == NOTHING
+    # one argument is not enough, and a value that is its key (generated data) is no sentence
+    assert absence(pairs[:1], {"key": "key"}) is None
+    assert absence([({"key": "a"}, "a"), ({"key": "b"}, "b")], {"key": "key"}) is None
+    # a key inside the wording ("o" in "not") is not taken for the argument's place
+    pairs = [({"key": "o"}, "Key not found: o"), ({"key": "n"}, "Key not found: n")]
+    found = absence(pairs, {"key": "key"})
+    assert found is not None and (found.prefix, found.suffix) == ("Key not found: ", "")
+    quoted = absence([({"key": k}, f"no key '{k}'") for k in "xy"], {"key": "key"})
+    assert quoted is not None and quoted.expression().startswith("join('', ['no key \\'', ")
+
+
+def test_a_set_answered_in_text_is_put_back_or_taken_away_by_what_the_read_said():
+    samples = text_samples(("a", "Key not found: a"), ("b", "Key not found: b"), ("a", "1.50"))
+    snapshots = snapshot_tools(KV_SET, [KV_GET])
+    candidates = text_candidates(KV_SET, KV, snapshots, samples)
+    first = candidates[0]
+    assert first.reread and first.entry["snapshot_tool"] == "s__get"
+    assert first.entry["snapshot_args"] == {"key": "{args.key}"}
+    (put_back, take_away) = first.entry["inverse"]
+    assert put_back["tool"] == "s__set"
+    assert put_back["args"] == {"key": "{args.key}", "value": "{snapshot}"}
+    assert put_back["when"].endswith(f"snapshot != {NOTHING}")
+    assert put_back["when"].startswith("(!snapshot_error || fail(")
+    assert take_away == {
+        "tool": "s__delete",
+        "args": {"key": "{args.key}"},
+        "when": put_back["when"].replace("!=", "=="),
+    }
+    assert [len(c.entry["inverse"]) for c in candidates] == [2, 1]
+    assert "test" not in first.entry  # set's key is get's
+    # without the sentence for nothing, the write alone
+    bare = text_candidates(KV_SET, KV, snapshots, text_samples(("a", "1"), ("b", "2")))
+    assert [c.entry.get("inverse_args") for c in bare] == [
+        {"key": "{args.key}", "value": "{snapshot}"}
+    ]
+    # a read that answers in JSON is no text read
+    objects = text_samples(("a", {"value": 1}), ("b", {"value": 2}))
+    assert text_candidates(KV_SET, KV, snapshots, objects) == []
+
+
+def test_a_delete_is_tested_only_with_arguments_its_snapshot_read_takes():
+    samples = Samples()
+    for key in "ab":
+        samples.args.append({"key": key})
+        samples.results.append("Deleted")
+        samples.snapshots.setdefault(KV_GET.name, []).append(f"value of {key}")
+        samples.after.setdefault(KV_GET.name, []).append(f"Key not found: {key}")
+        samples.read_pairs.setdefault(KV_GET.name, []).append(({"key": key}, "x"))
+        samples.read_pairs[KV_GET.name].append(({"key": key}, f"Key not found: {key}"))
+    candidates = text_candidates(KV_DELETE, KV, snapshot_tools(KV_DELETE, [KV_GET]), samples)
+    (only,) = candidates  # put back when there was a value; set has no `value` to undo with
+    step = only.entry["inverse"][0]
+    assert step["tool"] == "s__set" and step["when"].endswith(f"snapshot != {NOTHING}")
+    assert only.entry["test"]["schema"]["properties"]["key"] == {"type": "string"}
+    assert "(tested with key as get takes it)" in only.summary
+    # test.examples, when reporting_failures adds them, go next to the narrowed schema
+    samples.calls = 10
+    (reported,) = reporting_failures(candidates, samples)
+    assert set(reported.entry["test"]) == {"schema", "examples"}
+
+
+def test_a_text_probe_is_compared_line_by_line_as_a_multiset():
+    values = ["Found keys:\na\nb", "No keys found matching pattern"]
+    assert probe_entries("s__list", values) == [
+        {"tool": "s__list", "select": "regex_all(@, '(?m)^.+$')", "unordered": True}
+    ]
+    assert probe_entries("s__count", ["3 keys"]) == [{"tool": "s__count"}]

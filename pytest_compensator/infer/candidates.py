@@ -166,6 +166,9 @@ class Samples:
     calls: int = 0
     failed: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # the failed calls' texts
+    read_pairs: dict[str, list[tuple[dict[str, Any], Any]]] = field(default_factory=dict)
+    """Each snapshot tool's reads, before calls and after them: its arguments and its answer
+    (what it answers for nothing, learned in texts.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +179,7 @@ class Candidate:
     entry: dict[str, Any]
     summary: str
     needs_calls: int = 0  # a read's calls that must have worked (-1: --min-verified)
+    reread: bool = False  # its round trip reads the snapshot again after undo (Settings)
 
 
 def looks_read(tool: ToolInfo) -> bool:
@@ -564,12 +568,21 @@ def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Ca
             kind=c.kind,
             entry={"classification": c.entry["classification"]}
             | {k: v for k, v in c.entry.items() if k != "classification"}
-            | extra,
+            | extra
+            | _merged_test(c.entry, extra),
             summary=f"{c.summary} ({'; '.join(notes)})",
             needs_calls=c.needs_calls,
+            reread=c.reread,
         )
         for c in candidates
     ]
+
+
+def _merged_test(entry: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The candidate's own `test:` (a narrowed schema) with the examples added to it."""
+    if "test" in entry and "test" in extra:
+        return {"test": {**entry["test"], **extra["test"]}}
+    return {}
 
 
 def failed_in_band(result: Any) -> bool:

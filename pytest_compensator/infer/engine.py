@@ -38,6 +38,7 @@ from .probes import AutoProbe, rank_probe_tools, try_probe
 from .progress import Ticker
 from .proof import Prover, failing_sequence
 from .quarantine import quarantine_candidates
+from .texts import answers_in_text, text_candidates
 from .writing import InferError
 
 __all__ = ["Inference", "Outcome", "Report"]
@@ -347,6 +348,10 @@ class Inference:
         candidates += compensable_candidates(
             tool, self.tools, self.reads.values(), samples, self.whole
         )
+        texts = text_candidates(tool, self.tools, snapshots, samples)
+        if texts:
+            self._read_as_text([read for read, _ in snapshots], samples)
+        candidates += texts
         candidates += quarantine_candidates(tool, self.tools, self.reads.values(), samples)
         candidates = reporting_failures(candidates, samples)
         # A candidate that was never verified (its calls failed) may do better now.
@@ -370,6 +375,17 @@ class Inference:
         if not outcome.reason:
             outcome.reason = "no candidate survived its round trips"
         return any(a.outcome == "failed" for a in outcome.attempts)
+
+    def _read_as_text(self, reads: list[ToolInfo], samples: Samples) -> None:
+        """`plain_text: true` for the reads infer proved that answer in text: the snapshots
+        the text candidates put back must be what the server sent ("1.50", not 1.5)."""
+        for read in reads:
+            outcome = self.report.outcomes.get(read.name)
+            if outcome is None or outcome.status != "proven" or outcome.entry is None:
+                continue
+            if answers_in_text(samples.shapes(read.name)) and not outcome.entry.get("plain_text"):
+                outcome.entry = {**outcome.entry, "plain_text": True}
+                self.say(f"  {read.name}: answers in text, so plain_text: true")
 
     def _experiment_reads(self, targets: list[str]) -> None:
         """Tools still unclassified that neither say nor look like they only read: maybe

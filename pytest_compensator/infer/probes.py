@@ -143,7 +143,15 @@ def probe_entries(tool: str, values: Sequence[Any]) -> list[dict[str, Any]]:
             ]
     if values and all(isinstance(v, list) for v in values):
         return [{"tool": tool, "select": _select("@", list(values)), "unordered": True}]
+    if values and all(isinstance(v, str) for v in values) and any("\n" in v for v in values):
+        # Text a line per thing (server-redis' list: "Found keys:", then a key a line, in
+        # the order Redis happens to keep them): its lines, compared as a multiset.
+        return [{"tool": tool, "select": LINES, "unordered": True}]
     return [{"tool": tool}]
+
+
+LINES = "regex_all(@, '(?m)^.+$')"
+"""The lines of a text answer, empty ones left out (`regex_all` is the registry's own)."""
 
 
 def _select(path: str, lists: Sequence[Any]) -> str:

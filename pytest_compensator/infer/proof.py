@@ -160,9 +160,12 @@ class Prover:
                     args = recorder.draw_args(data, tool)
                     before = {}
                     for read, filling in snapshots:
-                        reply = driver.call(read.name, {r: args.get(o) for r, o in filling.items()})
+                        read_args = {r: args.get(o) for r, o in filling.items()}
+                        reply = driver.call(read.name, read_args)
                         if not reply.is_error:
                             before[read.name] = reply.value
+                            pairs = samples.read_pairs.setdefault(read.name, [])
+                            pairs.append((read_args, reply.value))
                     reply = driver.call(tool, args)
                     samples.calls += 1
                     if reply.is_error:
@@ -174,9 +177,12 @@ class Prover:
                     for name, value in before.items():
                         samples.snapshots.setdefault(name, []).append(value)
                     for read, filling in snapshots:
-                        after = driver.call(read.name, {r: args.get(o) for r, o in filling.items()})
+                        read_args = {r: args.get(o) for r, o in filling.items()}
+                        after = driver.call(read.name, read_args)
                         if not after.is_error:
                             samples.after.setdefault(read.name, []).append(after.value)
+                            pairs = samples.read_pairs.setdefault(read.name, [])
+                            pairs.append((read_args, after.value))
 
             # A short run first; when too few of its calls worked, the whole run again from
             # the start (a Hypothesis run cannot stop early by itself), so that the samples,
@@ -209,7 +215,7 @@ class Prover:
             counted = self._counted(path, label, self.settings.examples)
             with _shrinking(shrink), counted as harness:
                 harness.offered_tools()
-                settings = self._settings(path)
+                settings = replace(self._settings(path), reread_snapshots=candidate.reread)
                 if candidate.kind == "read":
                     need = candidate.needs_calls
                     need = required_verified(settings) if need < 0 else need

@@ -2,8 +2,10 @@
 the stored value as it is ("1.50", "true", "[1,  2]"), which a reader that takes text for JSON
 would turn into 1.5, true and [1, 2]. The store is the JSON file $TEXTKV_FILE.
 
-Tools: put(key, value) -> "OK"; get(key) -> the value (an error when the key is not set);
-delete(key) -> "OK"; dump() -> the whole store as JSON (read-only).
+Tools: put(key, value) -> "OK"; get(key) -> the value (an error when the key is not set, or
+with $TEXTKV_MISSING set, that text with {key} replaced, as server-redis answers "Key not
+found: <key>"); delete(key) -> "OK"; dump() -> the whole store as JSON; keys() -> "Keys:" and
+a key a line, values not shown (the two read-only).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def get(key: str) -> str:
     """The value of key, as stored."""
     store = _load()
     if key not in store:
+        missing = os.environ.get("TEXTKV_MISSING")
+        if missing:
+            return missing.replace("{key}", key)
         raise ValueError(f"no such key: {key}")
     return store[key]
 
@@ -65,6 +70,12 @@ def delete(key: str) -> str:
 def dump() -> dict[str, Any]:
     """The whole store."""
     return {"store": _load()}
+
+
+@mcp.tool(structured_output=False, annotations=ToolAnnotations(readOnlyHint=True))
+def keys() -> str:
+    """The keys, one a line."""
+    return "\n".join(["Keys:", *sorted(_load())])
 
 
 if __name__ == "__main__":
