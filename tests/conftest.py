@@ -18,7 +18,12 @@ from pytest_compensator.client import ProxyClient, launch_proxy
 
 from .faults import tally
 from .journals import address, open_journal  # noqa: F401  (shared fixtures)
-from .postgres import postgres_url, postgresql, postgresql_proc  # noqa: F401  (shared fixtures)
+from .postgres import (  # noqa: F401  (shared fixtures)
+    fresh_database,
+    postgres_url,
+    postgresql,
+    postgresql_proc,
+)
 
 pytest_plugins = ["pytester"]
 
@@ -40,6 +45,12 @@ def third_party_servers(*needed: str, node: bool = False) -> Path:
     if missing:
         pytest.fail(f"{root / missing[0]} is missing: run `bash scripts/install-servers`")
     return root
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Shown in the warnings summary, not raised as the other warnings are (pyproject's
+    # filterwarnings, which the plugin runs of the tests read too, cannot name this module).
+    config.addinivalue_line("filterwarnings", "always::tests.postgres.PostgresRestarted")
 
 
 @dataclass(frozen=True)

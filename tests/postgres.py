@@ -5,18 +5,27 @@ started with the machine's pg_ctl (on PATH or under /usr/lib/postgresql/*/bin) i
 folder; as root through tests/pg_ctl_unprivileged, since PostgreSQL refuses to run as root.
 `postgresql`: a psycopg connection to a fresh database for each test.
 `postgres_url`: that database's libpq URL, for a server or proxy started by the test.
-Without pg_ctl these fixtures skip the test and say why (`.ci/run` installs PostgreSQL)."""
+Without pg_ctl these fixtures skip the test and say why (`.ci/run` installs PostgreSQL).
+A server found dead before or after a test is started again, with a PostgresRestarted warning
+in the summary that names the test and holds the end of the server's log."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
+import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
 
 WRAPPER = Path(__file__).resolve().parent / "pg_ctl_unprivileged"
 
@@ -59,18 +68,67 @@ def url_of(connection: Any) -> str:
 
 
 postgresql_proc = server_fixture()
-postgresql = factories.postgresql("postgresql_proc")
+fresh_database = factories.postgresql("postgresql_proc")
+
+
+class PostgresRestarted(UserWarning):
+    """The worker's PostgreSQL server had died, and was started again."""
 
 
 @pytest.fixture
-def postgres_url(postgresql: Any, postgresql_proc: Any) -> Iterator[str]:
-    """libpq URL of the test's fresh database. After the test, the worker's server must still
-    run: one that died would otherwise show only at the session's end, on whatever test ran
-    last, with nothing saying which test it died in or why."""
-    yield url_of(postgresql)
-    problem = server_gone(postgresql_proc)
-    if problem:
-        pytest.fail(problem, pytrace=False)
+def postgresql(request: pytest.FixtureRequest, postgresql_proc: Any) -> Iterator[Any]:
+    """A psycopg connection to a fresh database of the worker's server. A server found dead
+    (before the test, or after it) is started again, with a PostgresRestarted warning that
+    names the test and holds the end of its log: CI saw the server die once, SIGKILLed with
+    nothing saying in which test, and every later test of the worker fail with it."""
+    revive_if_gone(postgresql_proc, f"before {request.node.nodeid}")
+    yield request.getfixturevalue("fresh_database")
+    revive_if_gone(postgresql_proc, f"in {request.node.nodeid}")
+
+
+@pytest.fixture
+def postgres_url(postgresql: Any) -> str:
+    """libpq URL of the test's fresh database."""
+    return url_of(postgresql)
+
+
+def revive_if_gone(server: Any, when: str) -> None:
+    problem = server_gone(server)
+    if problem is None:
+        return
+    warnings.warn(PostgresRestarted(f"{when}: {problem}"), stacklevel=1)
+    if not (Path(server.datadir) / "PG_VERSION").exists():  # its folder went too
+        server._directory_initialised = False
+        server.init_directory()
+    # A SIGKILLed postmaster's backends hold its shared memory until they notice: PostgreSQL
+    # refuses to start until then.
+    deadline = time.monotonic() + 60
+    while True:
+        started = subprocess.run(
+            server.command, shell=True, capture_output=True, text=True, timeout=120
+        )
+        if started.returncode == 0:
+            break
+        assert time.monotonic() < deadline, f"it does not start again: {started.stderr}"
+        time.sleep(0.5)
+    server.wait_for_postgres()
+    janitor = DatabaseJanitor(
+        user=server.user,
+        host=server.host,
+        port=server.port,
+        dbname=server.template_dbname,
+        maintenance_dbname=server.maintenance_dbname,
+        as_template=True,
+        password=server.password,
+    )
+    with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+        janitor.init()  # the database each test's copies, gone with a new folder
+    # The dying test's own database, which its teardown could not drop.
+    address = f"postgresql://{server.user}@{server.host}:{server.port}/postgres"
+    with psycopg.connect(address, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(server.dbname))
+        )
 
 
 def server_gone(server: Any) -> str | None:
@@ -83,7 +141,7 @@ def server_gone(server: Any) -> str | None:
         gone = f"the worker's PostgreSQL server left no postmaster.pid ({error})"
         return gone + _log_tail(server)
     if not running(pid):
-        return f"the worker's PostgreSQL server (pid {pid}) died in this test" + _log_tail(server)
+        return f"the worker's PostgreSQL server (pid {pid}) had died" + _log_tail(server)
     return None
 
 
