@@ -105,12 +105,14 @@ class Plan:
 
 def _free_text(harness: Harness, tool: str) -> frozenset[str]:
     """Arguments declared as plain strings (names, paths, keys), which may be drawn from the
-    strings earlier results and states showed, so that calls meet what exists. Not when the
-    registry gives the tool a `test.schema`: its author chose the values."""
+    strings earlier results and states showed, so that calls meet what exists: in the
+    registry's `test.schema` when the tool has one (an enum or pattern there is its author's
+    choice of values, and stays so), else in the inputSchema."""
     policy = harness.registry.policy(tool)
+    schema: Mapping[str, Any] = harness.input_schema(tool)
     if policy is not None and policy.test is not None and policy.test.schema is not None:
-        return frozenset()
-    properties = harness.input_schema(tool).get("properties")
+        schema = policy.test.schema
+    properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return frozenset()
     constrained = {"enum", "const", "pattern", "format"}

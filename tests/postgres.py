@@ -97,6 +97,9 @@ def revive_if_gone(server: Any, when: str) -> None:
     if problem is None:
         return
     warnings.warn(PostgresRestarted(f"{when}: {problem}"), stacklevel=1)
+    # Its postmaster is gone, or a zombie nobody reaps, which PostgreSQL's own check of the
+    # file (a signal 0) would take for a server still running.
+    (Path(server.datadir) / "postmaster.pid").unlink(missing_ok=True)
     if not (Path(server.datadir) / "PG_VERSION").exists():  # its folder went too
         server._directory_initialised = False
         server.init_directory()

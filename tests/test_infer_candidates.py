@@ -563,7 +563,7 @@ def test_a_set_answered_in_text_is_put_back_or_taken_away_by_what_the_read_said(
     snapshots = snapshot_tools(KV_SET, [KV_GET])
     candidates = text_candidates(KV_SET, KV, snapshots, samples)
     first = candidates[0]
-    assert first.reread and first.entry["snapshot_tool"] == "s__get"
+    assert first.reread and first.text_read == "s__get" and first.entry["snapshot_tool"] == "s__get"
     assert first.entry["snapshot_args"] == {"key": "{args.key}"}
     (put_back, take_away) = first.entry["inverse"]
     assert put_back["tool"] == "s__set"
@@ -604,8 +604,16 @@ def test_a_delete_is_tested_only_with_arguments_its_snapshot_read_takes():
     assert "(tested with key as get takes it)" in only.summary
     # test.examples, when reporting_failures adds them, go next to the narrowed schema
     samples.calls = 10
+    samples.args.append({"key": ["a", "b"]})  # a list of keys: no example of the narrowed test
+    samples.results.append("Deleted 2")
     (reported,) = reporting_failures(candidates, samples)
     assert set(reported.entry["test"]) == {"schema", "examples"}
+    assert reported.entry["test"]["examples"] == [{"key": "a"}, {"key": "b"}]
+    assert reported.text_read == "s__get"
+    # a read that takes as many types, or an untyped one, narrows nothing
+    untyped = ToolInfo(name="s__get", prefix="s__", schema={"properties": {"key": {}}})
+    (wide,) = text_candidates(KV_DELETE, KV, [(untyped, {"key": "key"})], samples)
+    assert "test" not in wide.entry
 
 
 def test_a_text_probe_is_compared_line_by_line_as_a_multiset():

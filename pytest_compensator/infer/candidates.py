@@ -14,7 +14,9 @@ from .filling import (
     ToolInfo,
     expression,
     fill,
+    json_type,
     normal,
+    schema_types,
     singular,
     sources,
     template,
@@ -180,6 +182,7 @@ class Candidate:
     summary: str
     needs_calls: int = 0  # a read's calls that must have worked (-1: --min-verified)
     reread: bool = False  # its round trip reads the snapshot again after undo (Settings)
+    text_read: str = ""  # a read it needs `plain_text: true` on (texts.py)
 
 
 def looks_read(tool: ToolInfo) -> bool:
@@ -573,6 +576,7 @@ def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Ca
             summary=f"{c.summary} ({'; '.join(notes)})",
             needs_calls=c.needs_calls,
             reread=c.reread,
+            text_read=c.text_read,
         )
         for c in candidates
     ]
@@ -581,8 +585,24 @@ def reporting_failures(candidates: list[Candidate], samples: Samples) -> list[Ca
 def _merged_test(entry: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     """The candidate's own `test:` (a narrowed schema) with the examples added to it."""
     if "test" in entry and "test" in extra:
-        return {"test": {**entry["test"], **extra["test"]}}
+        schema = entry["test"]["schema"]
+        fitting = [e for e in extra["test"]["examples"] if _fits_types(e, schema)]
+        return {"test": {**entry["test"], **({"examples": fitting} if fitting else {})}}
     return {}
+
+
+def _fits_types(example: Mapping[str, Any], schema: Mapping[str, Any]) -> bool:
+    """Whether each argument has a type its property in `schema` allows: a sample call's
+    key list does not fit a schema narrowed to one key."""
+    properties = schema.get("properties") or {}
+    for name, value in example.items():
+        types = schema_types(properties.get(name))
+        kind = json_type(value)
+        if kind == "integer" and types is not None and "number" in types:
+            continue
+        if types is not None and kind not in types:
+            return False
+    return True
 
 
 def failed_in_band(result: Any) -> bool:

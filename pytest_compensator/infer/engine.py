@@ -38,7 +38,7 @@ from .probes import AutoProbe, rank_probe_tools, try_probe
 from .progress import Ticker
 from .proof import Prover, failing_sequence
 from .quarantine import quarantine_candidates
-from .texts import answers_in_text, text_candidates
+from .texts import text_candidates
 from .writing import InferError
 
 __all__ = ["Inference", "Outcome", "Report"]
@@ -286,6 +286,8 @@ class Inference:
             )
             if attempt.proven:
                 outcome.status, outcome.entry, outcome.reason = "proven", candidate.entry, ""
+                if candidate.text_read:
+                    self._read_as_text(candidate.text_read)
                 if candidate.kind == "read":
                     self.reads[tool] = self.tools[tool]
                 self.untried[tool] = candidates[index:]
@@ -348,10 +350,14 @@ class Inference:
         candidates += compensable_candidates(
             tool, self.tools, self.reads.values(), samples, self.whole
         )
-        texts = text_candidates(tool, self.tools, snapshots, samples)
-        if texts:
-            self._read_as_text([read for read, _ in snapshots], samples)
-        candidates += texts
+        # Only reads infer proved: a read of the person's file is parsed as it says, and one
+        # without plain_text would turn a snapshot "1.50" into 1.5.
+        ours = [
+            (read, filling)
+            for read, filling in snapshots
+            if self.report.outcomes.get(read.name, Outcome(read.name)).status == "proven"
+        ]
+        candidates += text_candidates(tool, self.tools, ours, samples)
         candidates += quarantine_candidates(tool, self.tools, self.reads.values(), samples)
         candidates = reporting_failures(candidates, samples)
         # A candidate that was never verified (its calls failed) may do better now.
@@ -376,16 +382,13 @@ class Inference:
             outcome.reason = "no candidate survived its round trips"
         return any(a.outcome == "failed" for a in outcome.attempts)
 
-    def _read_as_text(self, reads: list[ToolInfo], samples: Samples) -> None:
-        """`plain_text: true` for the reads infer proved that answer in text: the snapshots
-        the text candidates put back must be what the server sent ("1.50", not 1.5)."""
-        for read in reads:
-            outcome = self.report.outcomes.get(read.name)
-            if outcome is None or outcome.status != "proven" or outcome.entry is None:
-                continue
-            if answers_in_text(samples.shapes(read.name)) and not outcome.entry.get("plain_text"):
-                outcome.entry = {**outcome.entry, "plain_text": True}
-                self.say(f"  {read.name}: answers in text, so plain_text: true")
+    def _read_as_text(self, read: str) -> None:
+        """`plain_text: true` for a read infer proved, once a candidate that puts back its
+        text was proven with it so: the snapshot must be what the server sent ("1.50")."""
+        outcome = self.report.outcomes[read]
+        if outcome.entry is not None and not outcome.entry.get("plain_text"):
+            outcome.entry = {**outcome.entry, "plain_text": True}
+            self.say(f"  {read}: answers in text, so plain_text: true")
 
     def _experiment_reads(self, targets: list[str]) -> None:
         """Tools still unclassified that neither say nor look like they only read: maybe

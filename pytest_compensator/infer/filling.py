@@ -77,7 +77,7 @@ def expression(*parts: str) -> str:
     return ".".join(p if _IDENTIFIER.match(p) else '"' + p.replace('"', '\\"') + '"' for p in parts)
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -111,7 +111,7 @@ def schema_types(schema: Any) -> set[str] | None:
                 found |= inner
             return found
     if "enum" in schema and isinstance(schema["enum"], list):
-        return {_json_type(v) for v in schema["enum"]}
+        return {json_type(v) for v in schema["enum"]}
     return None
 
 
@@ -129,7 +129,7 @@ class Source:
 
     def fits(self, schema: Any) -> bool:
         allowed = schema_types(schema)
-        seen = {_json_type(v) for v in self.values if v is not None}
+        seen = {json_type(v) for v in self.values if v is not None}
         return allowed is None or not seen or seen <= allowed
 
     @property
@@ -336,7 +336,6 @@ def _lists_fit(values: Sequence[Any], schema: Any) -> bool:
     items = schema.get("items") if isinstance(schema, Mapping) else None
     allowed = schema_types(items)
     return all(
-        isinstance(value, list)
-        and (allowed is None or all(_json_type(v) in allowed for v in value))
+        isinstance(value, list) and (allowed is None or all(json_type(v) in allowed for v in value))
         for value in values
     )

@@ -206,7 +206,10 @@ class Prover:
         """Run the candidate's round trip (a read's check) with the entries proven so far.
         Without `shrink`, the first counterexample ends it: shrinking one replays it hundreds
         of times, worth it only for the failure a person will read."""
-        path = self.registry_file({**entries, tool: candidate.entry})
+        entries = {**entries, tool: candidate.entry}
+        if candidate.text_read in entries:  # the read it puts back, as sent
+            entries[candidate.text_read] = {**entries[candidate.text_read], "plain_text": True}
+        path = self.registry_file(entries)
         coverage = Coverage()
         began = time.perf_counter()
         outcome, failure = "proven", ""

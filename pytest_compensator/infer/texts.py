@@ -137,7 +137,10 @@ def text_candidates(
             out.append((alone, read, filling))
     # The state probes may not show what these put back (server-redis' list shows keys, not
     # values): their round trips read the snapshot again after each undo.
-    return [replace(_narrowed(c, tool, read, filling), reread=True) for c, read, filling in out]
+    return [
+        replace(_narrowed(c, tool, read, filling), reread=True, text_read=read.name)
+        for c, read, filling in out
+    ]
 
 
 def _narrowed(
@@ -152,7 +155,8 @@ def _narrowed(
     for theirs, own in filling.items():
         mine = schema_types(properties.get(own))
         read_takes = read.properties.get(theirs)
-        if read_takes is not None and mine != schema_types(read_takes):
+        fewer = schema_types(read_takes)
+        if mine is not None and fewer is not None and fewer < mine:  # strictly fewer types
             properties[own] = read_takes
             narrowed.append(own)
     if not narrowed:
