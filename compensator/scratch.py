@@ -8,8 +8,10 @@ a server through this module, with `"${COMPENSATOR_WORKDIR:-}"` as WORKDIR:
 - empty (the proxy a client starts): COMMAND runs as it is, on your service;
 - a folder (the pytest plugin, `compensator infer`): a new `redis-server` listens on a free
   loopback port (its files in a private temporary folder, nothing saved), every `redis://`
-  or `rediss://` argument of COMMAND becomes its URL (one is added at the end when there is
-  none), and the server is stopped when COMMAND ends. So no test run reaches your data.
+  or `rediss://` URL of COMMAND (an argument, an option's `--url=` value, or an environment
+  variable's value) becomes its URL, and REDIS_HOST and REDIS_PORT its host and port (a URL
+  is added at the end when there is none of these), and the server is stopped when COMMAND
+  ends. So no test run reaches your data.
 
 COMMAND gets this process's stdout and stderr, and its stdin through us. The exit code is
 COMMAND's (128 + the signal's number when one ended it), or 2 when the scratch service or
@@ -31,10 +33,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 
-__all__ = ["main", "scratch_redis", "with_url"]
+__all__ = ["has_url", "main", "scratch_redis", "with_url"]
 
 USAGE = "usage: python -m compensator.scratch redis WORKDIR -- COMMAND [ARG...]"
 
@@ -48,10 +50,45 @@ class ScratchFailed(Exception):
     """The scratch service could not start; the message says why and what to do."""
 
 
-def with_url(command: Sequence[str], url: str) -> list[str]:
-    """COMMAND with every Redis URL argument replaced by `url`, or `url` added at the end."""
-    out = [url if _REDIS_URL.match(arg) else arg for arg in command]
-    return out if url in out[1:] else [*out, url]
+def with_url(
+    command: Sequence[str], url: str, env: MutableMapping[str, str] | None = None
+) -> list[str]:
+    """COMMAND with every Redis URL in it replaced by `url`: an argument (`redis://h:6379`) or
+    an option's value (`--url=redis://h`). `env` is changed in place: its values that are a
+    Redis URL (`REDIS_URL=redis://h`) become `url`, and REDIS_HOST and REDIS_PORT, where set,
+    `url`'s host and port. `url` is added at the end when there was none of these at all."""
+    out = [_replaced(arg, url) for arg in command]
+    found = out != list(command)
+    if env is not None:
+        for name, value in list(env.items()):
+            if _REDIS_URL.match(value):
+                env[name] = url
+                found = True
+        host, _, port = url.partition("://")[2].partition(":")
+        for name, value in (("REDIS_HOST", host), ("REDIS_PORT", port)):
+            if name in env:
+                env[name] = value
+                found = True
+    return out if found or url in out[1:] else [*out, url]
+
+
+def has_url(words: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether a Redis is named in `words` (a URL, or an option set to one: `--url=...`) or in
+    `env` (a URL, or REDIS_HOST or REDIS_PORT)."""
+    named = [*words, *env.values()]
+    return any(_replaced(word, "") != word for word in named) or bool(_HOST_PORT & set(env))
+
+
+_HOST_PORT = {"REDIS_HOST", "REDIS_PORT"}
+
+
+def _replaced(arg: str, url: str) -> str:
+    if _REDIS_URL.match(arg):
+        return url
+    option, equals, value = arg.partition("=")
+    if equals and option.startswith("-") and _REDIS_URL.match(value):
+        return f"{option}={url}"
+    return arg
 
 
 @contextlib.contextmanager
@@ -196,7 +233,7 @@ def main(argv: Sequence[str]) -> int:
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, _stopped)
         with scratch_redis(Path(workdir)) as url:
-            code = _run(with_url(command, url))
+            code = _run(with_url(command, url, os.environ))
             return 128 - code if code < 0 else code  # killed by a signal: 128 + its number
     except ScratchFailed as exc:
         print(exc, file=sys.stderr)

@@ -65,6 +65,18 @@ def test_a_redis_url_is_replaced_or_added() -> None:
     assert with_url(["node", "x.js", "REDISS://h"], url) == ["node", "x.js", url]
 
 
+def test_a_redis_named_in_an_option_or_the_environment_is_replaced() -> None:
+    url = "redis://127.0.0.1:5"
+    command = ["redis-mcp-server", "--url=redis://:pw@h:6379/0", "--db", "1"]
+    assert with_url(command, url) == ["redis-mcp-server", f"--url={url}", "--db", "1"]
+    env = {"REDIS_URL": "rediss://h", "REDIS_HOST": "h", "REDIS_PORT": "6380", "HOME": "/h"}
+    assert with_url(["server"], url, env) == ["server"]  # no URL added: env named the Redis
+    assert env == {"REDIS_URL": url, "REDIS_HOST": "127.0.0.1", "REDIS_PORT": "5", "HOME": "/h"}
+    assert scratch.has_url(["--url", "redis://h"], {})
+    assert scratch.has_url([], {"REDIS_HOST": "h"})
+    assert not scratch.has_url(["--url", "http://h", "--x=redis"], {"HOME": "/h"})
+
+
 @pytest.mark.anyio
 async def test_undo_puts_back_exact_values_on_your_redis(proxy, yours: str, tmp_path: Path):
     # Without COMPENSATOR_WORKDIR (the proxy a client starts), the server works on yours.
@@ -127,6 +139,45 @@ def test_init_then_the_plugin_never_touch_your_redis(
     )  # fmt: skip
     result.assert_outcomes(passed=4)
     assert contents(yours) == {"a": "mine"}  # hundreds of calls, none on yours
+
+
+REDIS_PY = "redis-py/bin/redis-mcp-server"
+
+
+@pytest.mark.anyio
+async def test_init_gives_a_server_it_does_not_know_a_scratch_redis_too(
+    proxy, yours: str, tmp_path: Path
+):
+    """Redis' own redis-mcp-server (no shipped registry) with `--url`, as its README starts
+    it. Without the scratch wrapper, infer and the plugin wrote into the person's Redis. (Its
+    0.5.1 ignores REDIS_HOST and REDIS_PORT: its --host and --port defaults win.)"""
+    redis(yours, "SET", "a", "mine")
+    binary = str(third_party_servers(REDIS_PY) / REDIS_PY)
+    entry = {"command": binary, "args": ["--url", yours]}
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    home.mkdir()
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"redis": entry}}))
+    made = subprocess.run(
+        [sys.executable, "-m", "compensator", "init"],
+        capture_output=True, text=True, cwd=project, timeout=120, check=False,
+        env={**os.environ, "HOME": str(home)},
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    registry = project / "compensators.yaml"
+    wrapped = '"compensator.scratch", "redis", "${COMPENSATOR_WORKDIR:-}", "--"'
+    assert wrapped in registry.read_text()
+    # A test run (COMPENSATOR_WORKDIR set) writes into a scratch Redis...
+    workdir = tmp_path / "work"
+    async with proxy(registry, env={"COMPENSATOR_WORKDIR": str(workdir)}) as client:
+        await client.call_ok("set", {"key": "a", "value": "scratch"})
+        await client.call_ok("set", {"key": "b", "value": "new"})
+        assert (await client.call("get", {"key": "a"})).text == "scratch"
+    assert contents(yours) == {"a": "mine"}
+    # ...and the proxy a client starts (no COMPENSATOR_WORKDIR) into yours, as configured.
+    async with proxy(registry, db=tmp_path / "yours.db") as client:
+        await client.call_ok("set", {"key": "b", "value": "yours"})
+    assert contents(yours) == {"a": "mine", "b": "yours"}
 
 
 @pytest.mark.anyio

@@ -252,7 +252,8 @@ wire` passes them to the proxy from the clients' own configuration. Other values
 as they are. Data paths (a database file, a data folder) are
 written as ${COMPENSATOR_WORKDIR:-yours}: the proxy uses yours, while `pytest
 --compensator-config` and `compensator infer` work in a temporary folder of their own. A
-Redis server starts through compensator.scratch, which gives those a scratch Redis."""
+server given a redis:// URL starts through compensator.scratch, which gives those a scratch
+Redis."""
 
 
 _NO_BUILTIN = """\

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from ..names import META_TOOLS, exposed_name, split_name
+from ..scratch import has_url
 from .sources import ClientServer
 
 __all__ = [
@@ -349,8 +350,9 @@ def _server_lines(
     for key, (_, _, before) in _secret_args(server).items():
         args[int(key[len("args[") : -1])] = f"{before}${{{names[key]}}}"
     args = _workdir(shipped, args)
-    if shipped in SCRATCH:
-        command, args = _through_scratch(SCRATCH[shipped], command, args)
+    service = SCRATCH.get(shipped or "") or _service(server)
+    if service is not None:
+        command, args = _through_scratch(service, command, args)
     out = [f"  command: {json.dumps(command)}"]
     if args:
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
@@ -369,6 +371,13 @@ def _server_lines(
 SCRATCH = {"redis.yaml": "redis"}
 """The shipped registries for servers whose data is behind a service (a URL, not a path):
 test runs give them a scratch one (compensator/scratch.py)."""
+
+
+def _service(server: ClientServer) -> str | None:
+    """The service any other server keeps its data in, when its command line or env names one
+    (`--url redis://localhost:6379/0`, `REDIS_URL=redis://h`, `REDIS_HOST=h`): it gets a
+    scratch one too, or infer and the plugin would write into yours."""
+    return "redis" if has_url(server.args, server.env) else None
 
 
 def _through_scratch(service: str, command: str, args: list[str]) -> tuple[str, list[str]]:
