@@ -17,6 +17,7 @@ from pytest_compensator.infer.candidates import (
     Samples,
     ToolInfo,
     compensable_candidates,
+    looks_read,
     opposite_tools,
     reporting_failures,
     reversible_candidates,
@@ -24,7 +25,7 @@ from pytest_compensator.infer.candidates import (
     words,
 )
 from pytest_compensator.infer.filling import Source, fill
-from pytest_compensator.infer.probes import probe_entries
+from pytest_compensator.infer.probes import probe_entries, rank_probe_tools
 from pytest_compensator.infer.proof import Attempt
 from pytest_compensator.infer.quarantine import quarantine_candidates
 from pytest_compensator.infer.texts import absence, text_candidates
@@ -409,6 +410,16 @@ def test_nested_items_are_re_keyed_from_what_the_result_says_was_added():
     assert found[0].entry["inverse_args"] == {
         "deletions": "{result.results[*].{entityName: entityName, observations: addedObservations}}"
     }
+
+
+def test_a_read_of_all_comes_before_other_reads_without_arguments():
+    # redis-mcp-server: get_indexes and info came first by name, and neither shows a write.
+    reads = [tool(n) for n in ("get_indexes", "info", "scan_keys", "scan_all_keys")]
+    assert looks_read(tool("scan_all_keys"))
+    ranked = [t.short for t in rank_probe_tools(reads)]
+    assert ranked == ["scan_all_keys", "get_indexes", "info", "scan_keys"]
+    graph = ToolInfo(name="m__read_graph", prefix="m__", schema={})
+    assert rank_probe_tools([*reads, graph])[0] is graph  # a whole-state verb first still
 
 
 def test_chosen_probes_join_the_state_section_or_make_one_before_tools():

@@ -64,6 +64,7 @@ READ_VERBS = frozenset(
         "peek",
         "browse",
         "directory",
+        "scan",
     ]
 )
 CREATE_VERBS = frozenset(

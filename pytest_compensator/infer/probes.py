@@ -46,12 +46,14 @@ class AutoProbe:
 
 def rank_probe_tools(tools: Sequence[ToolInfo]) -> list[ToolInfo]:
     """Reads without arguments, likeliest to show the whole state first: named read_*,
-    list_*, get_all_* (and annotated readOnlyHint), then the rest."""
+    list_*, get_all_*, then with `all` anywhere in the name (redis-mcp-server's
+    scan_all_keys, where get_indexes and info come first by name), each group annotated
+    readOnlyHint first, then the rest."""
 
-    def rank(tool: ToolInfo) -> tuple[int, int, str]:
+    def rank(tool: ToolInfo) -> tuple[int, int, int, str]:
         found = tuple(words(tool.short))
         named = any(found[: len(verbs)] == verbs for verbs in _WHOLE_STATE_VERBS)
-        return (not named, not tool.read_only, tool.name)
+        return (not named, "all" not in found, not tool.read_only, tool.name)
 
     return sorted(tools, key=rank)
 
