@@ -152,7 +152,8 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
                     if read_now and plan.reads:
                         recorder.call_read(data)
                     worked = recorder.call_drawn(data, tool)
-                    recorder.undo_and_verify(checkpoint, before)
+                    vouches = not settings.changes_only or recorder.changed_since(before)
+                    recorder.undo_and_verify(checkpoint, before, vouches=vouches)
                     if worked:
                         recorder.repeat_idempotent(checkpoint, before)
                         break
@@ -247,8 +248,9 @@ def _never_verified(
     tool: str, verified: int, calls: int, errors: Counter[str] | None, settings: Settings
 ) -> str:
     failed = sum(errors.values()) if errors else 0
+    undos = "undos of calls that changed the state" if settings.changes_only else "undos"
     lines = [
-        f"{tool} never verified: {verified} of its undos restored the state, at least "
+        f"{tool} never verified: {verified} of its {undos} restored the state, at least "
         f"{required_verified(settings)} required (--compensator-min-verified "
         f"{settings.min_verified}, at most one per five examples). Its round trip made "
         f"{calls} calls of it in {settings.examples} examples; {failed} failed, so undo had "

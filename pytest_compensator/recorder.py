@@ -222,7 +222,19 @@ class Recorder:
         self.steps.append(Step(kind="checkpoint", checkpoint=checkpoint))
         return checkpoint
 
-    def undo_and_verify(self, checkpoint: int, expected: Any) -> None:
+    def changed_since(self, before: Any) -> bool:
+        """Whether the state probes, or the snapshot read again (`reread_snapshots`), show
+        something other than `before` and the snapshot's first answer."""
+        if self.observe() != before:
+            return True
+        if self._snapshot is None:
+            return False
+        tool, args, answered = self._snapshot
+        return bool(self._answer(tool, args) != answered)
+
+    def undo_and_verify(self, checkpoint: int, expected: Any, *, vouches: bool = True) -> None:
+        """Undo to `checkpoint`; the state must be `expected` again. Counted as verified
+        only when `vouches` (Settings.changes_only: the call changed something)."""
         self.steps.append(Step(kind="undo", checkpoint=checkpoint))
         report = self.driver.undo_to(checkpoint)
         self.trace.append(f"undo_to({checkpoint})")
@@ -230,7 +242,7 @@ class Recorder:
         observed = self.observe()
         differs = self._snapshot_difference()
         restored = observed == expected and not report["skipped"] and differs is None
-        self.coverage.record_undo(report, verified=restored)
+        self.coverage.record_undo(report, verified=restored, vouches=vouches)
         if restored:
             return
         involved = sorted({c["tool"] for c in report["undone"] + report["skipped"]})

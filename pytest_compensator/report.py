@@ -53,11 +53,14 @@ class Coverage:
         stats.calls += 1
         stats.errors += int(not ok)
 
-    def record_undo(self, report: Mapping[str, Any], *, verified: bool) -> None:
+    def record_undo(
+        self, report: Mapping[str, Any], *, verified: bool, vouches: bool = True
+    ) -> None:
+        """`vouches` False: restored, but after calls that changed nothing (not counted)."""
         for change in report.get("undone", []):
             stats = self.stats(change["tool"])
             stats.undone += 1
-            stats.verified += int(verified)
+            stats.verified += int(verified and vouches)
         for change in report.get("skipped", []):
             self.stats(change["tool"]).failures += 1
         for change in report.get("nothing_to_undo", []):

@@ -56,6 +56,11 @@ class Settings:
     """Also read a tool's snapshot (one with arguments) again after each undo of a round
     trip: it must read as before the call. `compensator infer` sets it for candidates that
     put back text, whose state probes may not show it (server-redis' list shows keys only)."""
+    changes_only: bool = False
+    """Count an undo of a round trip as verified only when the call changed what the state
+    probes (or the snapshot read again) show. `compensator infer` sets it: on pre-states that
+    hold nothing yet, a delete of nothing changes nothing, and any undo of it would pass
+    (redis-mcp-server's hdel was 'proven' undone by a call that did nothing)."""
 
 
 def add_options(parser: pytest.Parser) -> None:

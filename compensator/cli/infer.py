@@ -172,6 +172,7 @@ def infer_registry(
             min_verified if min_verified is not None else DEFAULT_MIN_VERIFIED, 1, "min-verified"
         ),
         report=None,
+        changes_only=True,
     )
     original = _read(config)
     # Can the result be written at all? Found out now, not after the run.

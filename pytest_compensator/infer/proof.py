@@ -254,9 +254,10 @@ class Prover:
     ) -> FinalCheck:
         """Everything pytest --compensator-config would run on the registry with `entries`
         (with `settings`): each undoable tool's round trip, each read's check, then the state
-        machine (once those passed)."""
+        machine (once those passed). Every undo counts there, as in the plugin's own run
+        (`changes_only` is for the candidates' proofs, at four times as many examples)."""
         path = self.registry_file(entries)
-        settings = replace(settings, config=path)
+        settings = replace(settings, config=path, changes_only=False)
         result = FinalCheck(coverage=Coverage())
         with self._counted(path, "all entries together", settings.examples) as harness:
             harness.offered_tools()
