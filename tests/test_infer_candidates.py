@@ -598,6 +598,25 @@ def test_a_set_answered_in_text_is_put_back_or_taken_away_by_what_the_read_said(
     assert text_candidates(KV_SET, KV, snapshots, objects) == []
 
 
+def test_text_inside_the_object_a_python_server_wraps_it_in_is_put_back_from_there():
+    # redis-mcp-server (FastMCP): get returns a str, sent as {"result": "..."} structured.
+    answers = ("Key a does not exist", "Key b does not exist", "1.50")
+    samples = text_samples(*((k, {"result": a}) for k, a in zip("aba", answers, strict=True)))
+    snapshots = snapshot_tools(KV_SET, [KV_GET])
+    first = text_candidates(KV_SET, KV, snapshots, samples)[0]
+    assert first.reread and first.text_read == ""  # JSON already keeps "1.50" as it is
+    (put_back, take_away) = first.entry["inverse"]
+    assert put_back["args"] == {"key": "{args.key}", "value": "{snapshot.result}"}
+    nothing = "join('', ['Key ', to_string(args.key), ' does not exist'])"
+    assert put_back["when"].endswith(f"snapshot.result != {nothing}")
+    assert take_away["when"].endswith(f"snapshot.result == {nothing}")
+    # objects with more than one field, or with no text, are not text answers
+    mixed = text_samples(("a", {"result": "x", "ttl": 1}), ("b", {"result": "y", "ttl": 2}))
+    assert text_candidates(KV_SET, KV, snapshots, mixed) == []
+    lists = text_samples(("a", {"result": ["x"]}), ("b", {"result": ["y"]}))
+    assert text_candidates(KV_SET, KV, snapshots, lists) == []
+
+
 def test_a_delete_is_tested_only_with_arguments_its_snapshot_read_takes():
     samples = Samples()
     for key in "ab":

@@ -18,7 +18,7 @@ from typing import Any
 from .candidates import Candidate, Samples, compensable_entry, opposite_tools, writers
 from .filling import ToolInfo, expression, normal, schema_types, sources, template
 
-__all__ = ["Absence", "absence", "answers_in_text", "text_candidates"]
+__all__ = ["Absence", "absence", "answers_in_text", "text_candidates", "text_field"]
 
 MIN_ARGUMENTS = 2
 """Different argument values the same sentence must have been seen around before it is taken
@@ -59,6 +59,28 @@ def answers_in_text(values: Sequence[Any]) -> bool:
     Its answers must then be kept as sent (`plain_text`): a value "1.50" read as JSON would be
     put back as the number 1.5."""
     return any(isinstance(value, str) for value in values)
+
+
+def text_field(values: Sequence[Any]) -> str | None:
+    """Where a read's answers hold their text: "" when some answer is the text itself (no
+    JSON), the key of an object with one text in it (`result`: the structured content the
+    Python SDK's FastMCP makes of a function that returns a str, as redis-mcp-server's
+    `get` does) when every answer is such an object, None otherwise."""
+    if answers_in_text(values):
+        return ""
+    keys = {
+        key
+        for value in values
+        if isinstance(value, Mapping) and len(value) == 1
+        for key, inner in value.items()
+        if isinstance(inner, str)
+    }
+    wrapped = all(isinstance(v, Mapping) and len(v) == 1 for v in values)
+    return keys.pop() if values and wrapped and len(keys) == 1 else None
+
+
+def _unwrapped(answer: Any, field: str) -> Any:
+    return answer.get(field) if field and isinstance(answer, Mapping) else answer
 
 
 def absence(
@@ -108,12 +130,15 @@ def text_candidates(
     arg_sources = sources("args", samples.args)
     out: list[tuple[Candidate, ToolInfo, dict[str, str]]] = []
     for read, filling in snapshots:
-        if not filling or not answers_in_text(samples.shapes(read.name)):
+        field = text_field(samples.shapes(read.name)) if filling else None
+        if field is None:
             continue
         snapshot_args = {r: template("args", own) for r, own in filling.items()}
-        found = absence(samples.read_pairs.get(read.name, []), filling)
+        pairs = [(a, _unwrapped(v, field)) for a, v in samples.read_pairs.get(read.name, [])]
+        found = absence(pairs, filling)
+        text = ("snapshot", field) if field else ("snapshot",)
         for writer in writers(tool, offered):
-            args = _write_back(writer, filling)
+            args = _write_back(writer, filling, template(*text))
             if args is None:
                 continue
             write = {"tool": writer.name, "args": args}
@@ -122,23 +147,28 @@ def text_candidates(
                 out.append((only, read, filling))
                 continue
             nothing = found.expression()
-            present = {**write, "when": f"{_read_worked()} && snapshot != {nothing}"}
+            present = {**write, "when": f"{_read_worked()} && {expression(*text)} != {nothing}"}
             for opposite in opposite_tools(tool, offered):
                 undo = _fill_by_name(opposite, arg_sources)
                 if opposite.name != tool.name and undo is not None:
                     absent = {
                         "tool": opposite.name,
                         "args": undo,
-                        "when": f"{_read_worked()} && snapshot == {nothing}",
+                        "when": f"{_read_worked()} && {expression(*text)} == {nothing}",
                     }
                     both = compensable_entry(read, snapshot_args, [present, absent], shape="text")
                     out.append((both, read, filling))
             alone = compensable_entry(read, snapshot_args, [present], shape="text")
             out.append((alone, read, filling))
     # The state probes may not show what these put back (server-redis' list shows keys, not
-    # values): their round trips read the snapshot again after each undo.
+    # values): their round trips read the snapshot again after each undo. A read whose text
+    # is the answer itself is kept as sent (`plain_text`); one inside JSON already is.
     return [
-        replace(_narrowed(c, tool, read, filling), reread=True, text_read=read.name)
+        replace(
+            _narrowed(c, tool, read, filling),
+            reread=True,
+            text_read=read.name if answers_in_text(samples.shapes(read.name)) else "",
+        )
         for c, read, filling in out
     ]
 
@@ -178,10 +208,10 @@ def _read_worked() -> str:
     )
 
 
-def _write_back(writer: ToolInfo, filling: Mapping[str, str]) -> dict[str, str] | None:
+def _write_back(writer: ToolInfo, filling: Mapping[str, str], text: str) -> dict[str, str] | None:
     """The writer's arguments: those the snapshot read took (by name) from the call's, and
-    `{snapshot}` for its one other required argument, which must take text. None when it has
-    not exactly one such argument, or takes none of the read's."""
+    `text` (`{snapshot}`) for its one other required argument, which must take text. None
+    when it has not exactly one such argument, or takes none of the read's."""
     own = {normal(name): name for name in filling.values()}
     args: dict[str, str] = {}
     rest = []
@@ -195,7 +225,7 @@ def _write_back(writer: ToolInfo, filling: Mapping[str, str]) -> dict[str, str] 
     types = schema_types(writer.properties.get(rest[0]))
     if types is not None and "string" not in types:
         return None
-    args[rest[0]] = "{snapshot}"
+    args[rest[0]] = text
     return args
 
 
