@@ -151,7 +151,10 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
                     read_now = data.draw(st.booleans(), label="a read after the checkpoint")
                     if read_now and plan.reads:
                         recorder.call_read(data)
-                    worked = recorder.call_drawn(data, tool)
+                    if settings.changes_only:
+                        worked = recorder.call_drawn(data, tool, until_changed=before)
+                    else:
+                        worked = recorder.call_drawn(data, tool)
                     vouches = not settings.changes_only or recorder.changed_since(before)
                     recorder.undo_and_verify(checkpoint, before, vouches=vouches)
                     if worked:

@@ -23,6 +23,7 @@ from .report import Coverage, PromiseBroken, UndoFailure, format_call, format_fa
 __all__ = ["CALL_TRIES", "Recorder", "Step"]
 
 CALL_TRIES = 3  # draws of arguments for a call under test that keeps failing
+_UNWATCHED = object()  # call_drawn's default: any call that worked will do
 SEEN_TEXT_LENGTH = 64  # longer strings in results are content, not names worth reusing
 
 
@@ -169,18 +170,25 @@ class Recorder:
             steps=self.steps,
         )
 
-    def call_drawn(self, data: st.DataObject, tool: str) -> bool:
+    def call_drawn(
+        self, data: st.DataObject, tool: str, *, until_changed: Any = _UNWATCHED
+    ) -> bool:
         """Call `tool` with drawn arguments, drawing again (up to CALL_TRIES times) while the
         call fails or is one `mutating_when` makes a read: such a call under test changes
-        nothing and leaves undo nothing to prove. True once a journaled call worked."""
+        nothing and leaves undo nothing to prove. With `until_changed` (the state before,
+        Settings.changes_only), also while the calls that worked changed nothing (an empty
+        list to create, a name that exists). True once a journaled call worked."""
+        worked = False
         for _ in range(CALL_TRIES):
             args = self.draw_args(data, tool)
             if self.reread_snapshots:
                 self._snapshot = self._read_snapshot(tool, args)
             journaled = self._promised_unchanged(tool, args) is None
             if self.call(tool, args) and journaled:
-                return True
-        return False
+                worked = True
+                if until_changed is _UNWATCHED or self.changed_since(until_changed):
+                    return True
+        return worked
 
     def _read_snapshot(self, tool: str, args: Mapping[str, Any]) -> tuple[str, dict, Any] | None:
         """The tool's snapshot read with arguments, as the proxy makes it for `args`: (tool,
