@@ -10,7 +10,7 @@ a server through this module, with `"${COMPENSATOR_WORKDIR:-}"` as WORKDIR:
   loopback port (its files in a private temporary folder, nothing saved), every `redis://`
   or `rediss://` URL of COMMAND (an argument, an option's `--url=` value, or an environment
   variable's value) becomes its URL, and REDIS_HOST and REDIS_PORT its host and port (a URL
-  is added at the end when there is none of these), and the server is stopped when COMMAND
+  is added at the end when no argument holds one), and the server is stopped when COMMAND
   ends. So no test run reaches your data.
 
 COMMAND gets this process's stdout and stderr, and its stdin through us. The exit code is
@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 __all__ = ["has_url", "main", "scratch_redis", "with_url"]
 
@@ -55,21 +56,19 @@ def with_url(
 ) -> list[str]:
     """COMMAND with every Redis URL in it replaced by `url`: an argument (`redis://h:6379`) or
     an option's value (`--url=redis://h`). `env` is changed in place: its values that are a
-    Redis URL (`REDIS_URL=redis://h`) become `url`, and REDIS_HOST and REDIS_PORT, where set,
-    `url`'s host and port. `url` is added at the end when there was none of these at all."""
+    Redis URL (`REDIS_URL=redis://h`) become `url`, and REDIS_HOST and REDIS_PORT, when either
+    is set, `url`'s host and port. `url` is added at the end when no argument held one, even
+    when the environment did: a server that reads neither (redis-mcp-server 0.5.1 ignores
+    REDIS_HOST) must fail on an argument it does not take rather than reach yours."""
     out = [_replaced(arg, url) for arg in command]
-    found = out != list(command)
     if env is not None:
         for name, value in list(env.items()):
-            if _REDIS_URL.match(value):
-                env[name] = url
-                found = True
-        host, _, port = url.partition("://")[2].partition(":")
-        for name, value in (("REDIS_HOST", host), ("REDIS_PORT", port)):
-            if name in env:
-                env[name] = value
-                found = True
-    return out if found or url in out[1:] else [*out, url]
+            if _replaced(value, "") != value:
+                env[name] = _replaced(value, url)
+        if _HOST_PORT & set(env):
+            parts = urlsplit(url)
+            env["REDIS_HOST"], env["REDIS_PORT"] = str(parts.hostname), str(parts.port)
+    return out if out != list(command) or url in out[1:] else [*out, url]
 
 
 def has_url(words: Sequence[str], env: Mapping[str, str]) -> bool:

@@ -152,11 +152,13 @@ def run_roundtrip(harness: Harness, tool: str, coverage: Coverage, settings: Set
                     if read_now and plan.reads:
                         recorder.call_read(data)
                     if settings.changes_only:
+                        # A call that changed nothing proves nothing: another pre-state.
                         worked = recorder.call_drawn(data, tool, until_changed=before)
+                        worked = worked and recorder.changed_since(before)
+                        recorder.undo_and_verify(checkpoint, before, vouches=worked)
                     else:
                         worked = recorder.call_drawn(data, tool)
-                    vouches = not settings.changes_only or recorder.changed_since(before)
-                    recorder.undo_and_verify(checkpoint, before, vouches=vouches)
+                        recorder.undo_and_verify(checkpoint, before)
                     if worked:
                         recorder.repeat_idempotent(checkpoint, before)
                         break

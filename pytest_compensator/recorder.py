@@ -240,9 +240,13 @@ class Recorder:
         tool, args, answered = self._snapshot
         return bool(self._answer(tool, args) != answered)
 
-    def undo_and_verify(self, checkpoint: int, expected: Any, *, vouches: bool = True) -> None:
-        """Undo to `checkpoint`; the state must be `expected` again. Counted as verified
-        only when `vouches` (Settings.changes_only: the call changed something)."""
+    def undo_and_verify(
+        self, checkpoint: int, expected: Any, *, vouches: bool | None = None
+    ) -> None:
+        """Undo to `checkpoint`; the state must be `expected` again. Every change undone
+        counts as verified then; with `vouches` (Settings.changes_only) one undo counts once
+        per tool, and only when `vouches` is True (the call changed something): calls drawn
+        again after no-op ones are undone too, and must not count thrice."""
         self.steps.append(Step(kind="undo", checkpoint=checkpoint))
         report = self.driver.undo_to(checkpoint)
         self.trace.append(f"undo_to({checkpoint})")
@@ -250,7 +254,10 @@ class Recorder:
         observed = self.observe()
         differs = self._snapshot_difference()
         restored = observed == expected and not report["skipped"] and differs is None
-        self.coverage.record_undo(report, verified=restored, vouches=vouches)
+        if vouches is None:
+            self.coverage.record_undo(report, verified=restored)
+        else:
+            self.coverage.record_undo(report, verified=restored, vouches=vouches, once=True)
         if restored:
             return
         involved = sorted({c["tool"] for c in report["undone"] + report["skipped"]})

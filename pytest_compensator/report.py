@@ -54,13 +54,22 @@ class Coverage:
         stats.errors += int(not ok)
 
     def record_undo(
-        self, report: Mapping[str, Any], *, verified: bool, vouches: bool = True
+        self,
+        report: Mapping[str, Any],
+        *,
+        verified: bool,
+        vouches: bool = True,
+        once: bool = False,
     ) -> None:
-        """`vouches` False: restored, but after calls that changed nothing (not counted)."""
+        """`vouches` False: restored, but after calls that changed nothing (not counted);
+        `once`: a tool's changes in this undo count as one verified undo at most."""
+        counted: set[str] = set()
         for change in report.get("undone", []):
             stats = self.stats(change["tool"])
             stats.undone += 1
-            stats.verified += int(verified and vouches)
+            if verified and vouches and not (once and change["tool"] in counted):
+                stats.verified += 1
+                counted.add(change["tool"])
         for change in report.get("skipped", []):
             self.stats(change["tool"]).failures += 1
         for change in report.get("nothing_to_undo", []):

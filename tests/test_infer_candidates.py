@@ -615,6 +615,9 @@ def test_text_inside_the_object_a_python_server_wraps_it_in_is_put_back_from_the
     assert text_candidates(KV_SET, KV, snapshots, mixed) == []
     lists = text_samples(("a", {"result": ["x"]}), ("b", {"result": ["y"]}))
     assert text_candidates(KV_SET, KV, snapshots, lists) == []
+    # redis-mcp-server's lrange: a sentence for an empty list, else the list itself
+    some = text_samples(("a", {"result": "List a is empty"}), ("b", {"result": ["y"]}))
+    assert text_candidates(KV_SET, KV, snapshots, some) == []
 
 
 def test_a_delete_is_tested_only_with_arguments_its_snapshot_read_takes():

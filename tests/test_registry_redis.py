@@ -69,9 +69,14 @@ def test_a_redis_named_in_an_option_or_the_environment_is_replaced() -> None:
     url = "redis://127.0.0.1:5"
     command = ["redis-mcp-server", "--url=redis://:pw@h:6379/0", "--db", "1"]
     assert with_url(command, url) == ["redis-mcp-server", f"--url={url}", "--db", "1"]
-    env = {"REDIS_URL": "rediss://h", "REDIS_HOST": "h", "REDIS_PORT": "6380", "HOME": "/h"}
-    assert with_url(["server"], url, env) == ["server"]  # no URL added: env named the Redis
+    env = {"REDIS_URL": "rediss://h", "REDIS_PORT": "6380", "HOME": "/h"}
+    # The URL is added all the same: a server that reads neither variable must not fall back
+    # on its default (a Redis on this machine's 6379) but fail on an argument it refuses.
+    assert with_url(["server"], url, env) == ["server", url]
     assert env == {"REDIS_URL": url, "REDIS_HOST": "127.0.0.1", "REDIS_PORT": "5", "HOME": "/h"}
+    alone = {"REDIS_HOST": "h"}  # host alone: the port is set too, or it would be 6379
+    with_url(["server", "--url", "redis://h/0"], "redis://127.0.0.1:7/0", alone)
+    assert alone == {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": "7"}
     assert scratch.has_url(["--url", "redis://h"], {})
     assert scratch.has_url([], {"REDIS_HOST": "h"})
     assert not scratch.has_url(["--url", "http://h", "--x=redis"], {"HOME": "/h"})

@@ -349,10 +349,11 @@ def _server_lines(
     args = [_references(a, server.source.client, project, home) for a in server.args]
     for key, (_, _, before) in _secret_args(server).items():
         args[int(key[len("args[") : -1])] = f"{before}${{{names[key]}}}"
-    args = _workdir(shipped, args)
     service = SCRATCH.get(shipped or "") or _service(server)
-    if service is not None:
+    if service is not None:  # its data is the service's: `--db 1` is redis-mcp-server's db
         command, args = _through_scratch(service, command, args)
+    else:
+        args = _workdir(shipped, args)
     out = [f"  command: {json.dumps(command)}"]
     if args:
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")

@@ -47,8 +47,8 @@ class AutoProbe:
 def rank_probe_tools(tools: Sequence[ToolInfo]) -> list[ToolInfo]:
     """Reads without arguments, likeliest to show the whole state first: named read_*,
     list_*, get_all_*, then with `all` anywhere in the name (redis-mcp-server's
-    scan_all_keys, where get_indexes and info come first by name), each group annotated
-    readOnlyHint first, then the rest."""
+    scan_all_keys, where get_indexes and info come first by name), then the rest; within
+    each group those annotated readOnlyHint first, then by name."""
 
     def rank(tool: ToolInfo) -> tuple[int, int, int, str]:
         found = tuple(words(tool.short))

@@ -75,7 +75,10 @@ def text_field(values: Sequence[Any]) -> str | None:
         for key, inner in value.items()
         if isinstance(inner, str)
     }
-    wrapped = all(isinstance(v, Mapping) and len(v) == 1 for v in values)
+    wrapped = all(
+        isinstance(v, Mapping) and len(v) == 1 and all(isinstance(i, str) for i in v.values())
+        for v in values
+    )
     return keys.pop() if values and wrapped and len(keys) == 1 else None
 
 
