@@ -77,6 +77,10 @@ class Inference:
         self.provisional: dict[str, dict[str, Any]] = {}
         self.reads: dict[str, ToolInfo] = {}  # the reads a snapshot may use
         self.whole: set[str] = set()  # the probes' tools: reads of a server's whole state
+        # Every sample read of each snapshot tool so far, for the words it answers nothing
+        # with (texts.py): on a later pass the pre-states hold things, and a tool's own
+        # samples may no longer show that answer for two keys.
+        self.read_answers: dict[str, list[tuple[dict[str, Any], Any]]] = {}
         # The candidates after the one proven, per tool: tried when the proven one fails next
         # to the others (an inverse that also takes away what a later-proven tool made).
         self.untried: dict[str, list[Candidate]] = {}
@@ -346,6 +350,9 @@ class Inference:
             return True
         finally:
             outcome.seconds += time.perf_counter() - began
+        for read, pairs in samples.read_pairs.items():
+            self.read_answers.setdefault(read, []).extend(pairs)
+            samples.read_pairs[read] = list(self.read_answers[read])
         candidates = reversible_candidates(tool, self.tools, samples)
         candidates += compensable_candidates(
             tool, self.tools, self.reads.values(), samples, self.whole
