@@ -112,9 +112,13 @@ def test_secrets_on_the_command_line_become_references_and_plain_options_stay(
         "DB_API_KEY": "k3y",
         "DB_URL": "redis://:pw@h:6379/0",
         "DB_URL_2": "postgres://me:pw2@h/db",
+        "COMPENSATOR_PYTHON": "python3",
     }
     loaded = parse_registry(text, tmp_path / "r.yaml", environ).servers["db"]
-    assert loaded.args == ("--db-path", "/data/x.db", *args[2:])  # WORKDIR unset: yours
+    # A Redis URL among them: started through the scratch wrapper, which runs the command
+    # as it is while COMPENSATOR_WORKDIR is unset (yours), with a scratch Redis in test runs.
+    assert loaded.args[:6] == ("-m", "compensator.scratch", "redis", "", "--", "x")
+    assert loaded.args[6:] == ("--db-path", "/data/x.db", *args[2:])  # WORKDIR unset: yours
 
 
 def test_argument_secrets_in_other_forms_and_names_that_clash_across_servers(

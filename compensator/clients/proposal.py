@@ -349,11 +349,10 @@ def _server_lines(
     args = [_references(a, server.source.client, project, home) for a in server.args]
     for key, (_, _, before) in _secret_args(server).items():
         args[int(key[len("args[") : -1])] = f"{before}${{{names[key]}}}"
+    args = _workdir(shipped, args)
     service = SCRATCH.get(shipped or "") or _service(server)
-    if service is not None:  # its data is the service's: `--db 1` is redis-mcp-server's db
+    if service is not None:
         command, args = _through_scratch(service, command, args)
-    else:
-        args = _workdir(shipped, args)
     out = [f"  command: {json.dumps(command)}"]
     if args:
         out.append(f"  args: [{', '.join(json.dumps(arg) for arg in args)}]")
@@ -403,9 +402,9 @@ def _workdir(shipped: str | None, args: list[str]) -> list[str]:
     else:
         for at, arg in enumerate(args):
             flag, equals, value = arg.partition("=")
-            if equals and _data_flag(flag):
+            if equals and _data_flag(flag) and not _number(value):
                 out[at] = f"{flag}={_redirected(value)}"
-            elif at and _data_flag(args[at - 1]) and not arg.startswith("-"):
+            elif at and _data_flag(args[at - 1]) and not arg.startswith("-") and not _number(arg):
                 out[at] = _redirected(arg)
     return out
 
@@ -420,6 +419,11 @@ _SECRET_WORDS = frozenset(["key", "token", "secret", "password", "auth", "creden
 
 def _name_words(name: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)}
+
+
+def _number(value: str) -> bool:
+    """A value no path: redis-mcp-server's `--db 1` names a database by its number."""
+    return value.isdigit()
 
 
 def _data_flag(arg: str) -> bool:
