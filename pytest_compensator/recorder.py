@@ -177,18 +177,17 @@ class Recorder:
         call fails or is one `mutating_when` makes a read: such a call under test changes
         nothing and leaves undo nothing to prove. With `until_changed` (the state before,
         Settings.changes_only), also while the calls that worked changed nothing (an empty
-        list to create, a name that exists). True once a journaled call worked."""
-        worked = False
+        list to create, a name that exists). True once a journaled call worked (with
+        `until_changed`: and changed something)."""
         for _ in range(CALL_TRIES):
             args = self.draw_args(data, tool)
             if self.reread_snapshots:
                 self._snapshot = self._read_snapshot(tool, args)
             journaled = self._promised_unchanged(tool, args) is None
-            if self.call(tool, args) and journaled:
-                worked = True
-                if until_changed is _UNWATCHED or self.changed_since(until_changed):
-                    return True
-        return worked
+            worked = self.call(tool, args) and journaled
+            if worked and (until_changed is _UNWATCHED or self.changed_since(until_changed)):
+                return True
+        return False
 
     def _read_snapshot(self, tool: str, args: Mapping[str, Any]) -> tuple[str, dict, Any] | None:
         """The tool's snapshot read with arguments, as the proxy makes it for `args`: (tool,
