@@ -21,6 +21,9 @@ from .conftest import EXAMPLES, REGISTRIES, SERVERS, third_party_servers
 FS_SERVER = "npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
 SEED = "7"
+# Examples per check in the long runs below: enough for what each asserts with SEED (the
+# default 100, and 25 in the final check, made them take 4 to 5 minutes each).
+EXAMPLES_FEW = "12"
 
 # The example registry with its `tools:` taken out: servers, state probes and reset only.
 SERVERS_STATE_RESET = f"""\
@@ -52,12 +55,21 @@ def summary(run: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return data
 
 
+def check_with_plugin(pytester: pytest.Pytester, config: Path) -> pytest.RunResult:
+    """The plugin on what infer wrote, with another seed and fewer examples than its
+    defaults (the final check inside infer ran its round trips already)."""
+    return pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--compensator-config", str(config),
+        "--compensator-seed", "3", "--compensator-examples", "10",
+    )  # fmt: skip
+
+
 def written_entries(path: Path) -> dict[str, Any]:
     tools: dict[str, Any] = (yaml.safe_load(path.read_text()) or {}).get("tools") or {}
     return tools
 
 
-@pytest.mark.thorough  # about 80 s: infer, then the plugin on what it wrote
+@pytest.mark.thorough  # about 2 minutes: infer, then the plugin on what it wrote
 def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_passes_pytest(
     tmp_path: Path, pytester: pytest.Pytester
 ) -> None:
@@ -68,6 +80,7 @@ def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_p
         "--tool", "tasks__add_task",
         "--tool", "tasks__complete_task",
         "--seed", SEED,
+        "--examples", EXAMPLES_FEW,
         "--json",
     )  # fmt: skip
     data = summary(run)
@@ -107,10 +120,8 @@ def test_a_tempting_inverse_is_rejected_with_its_failing_sequence_and_the_rest_p
     assert {t for t, o in data["tools"].items() if o["status"] == "proven"} == set(entries)
     load_registry(config, example_environment(tmp_path))
 
-    # And what it wrote passes the plugin, at its defaults, with another seed.
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
-    )  # fmt: skip
+    # And what it wrote passes the plugin, with another seed.
+    result = check_with_plugin(pytester, config)
     result.assert_outcomes(passed=4)  # load, two round trips, the state machine
 
 
@@ -211,7 +222,7 @@ state:
 """
 
 
-@pytest.mark.thorough  # about 90 s: infer, then the plugin on what it wrote
+@pytest.mark.thorough  # about 2 minutes: infer, then the plugin on what it wrote
 def test_writes_of_a_server_that_answers_in_text_are_put_back_from_a_text_snapshot(
     tmp_path: Path, pytester: pytest.Pytester
 ) -> None:
@@ -221,7 +232,15 @@ def test_writes_of_a_server_that_answers_in_text_are_put_back_from_a_text_snapsh
     config = tmp_path / "kv.yaml"
     config.write_text(TEXT_KV)
     tools = ("kv__put", "kv__delete", "kv__get")
-    run = infer(config, *(f"--tool={t}" for t in tools), "--seed", SEED, "--json")
+    run = infer(
+        config,
+        *(f"--tool={t}" for t in tools),
+        "--seed",
+        SEED,
+        "--examples",
+        EXAMPLES_FEW,
+        "--json",
+    )
     data = summary(run)["tools"]
     put, delete = data["kv__put"], data["kv__delete"]
     assert put["status"] == delete["status"] == "proven", (put, delete)
@@ -239,9 +258,7 @@ def test_writes_of_a_server_that_answers_in_text_are_put_back_from_a_text_snapsh
     assert entries["kv__get"] == {"classification": "read", "plain_text": True}
     load_registry(config, example_environment(tmp_path))
 
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
-    )  # fmt: skip
+    result = check_with_plugin(pytester, config)
     result.assert_outcomes(passed=4)  # load, two round trips, the state machine
 
 
@@ -275,7 +292,7 @@ def test_bad_invocations_say_what_to_fix(tmp_path: Path) -> None:
     assert config.read_text() == SERVERS_STATE_RESET
 
 
-@pytest.mark.thorough  # about two minutes: infer, then the plugin, on the filesystem server
+@pytest.mark.thorough  # about 3 minutes: infer, then the plugin, on the filesystem server
 def test_a_server_that_cannot_delete_gets_new_files_moved_into_the_trash(
     tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,7 +301,9 @@ def test_a_server_that_cannot_delete_gets_new_files_moved_into_the_trash(
     shipped = (REGISTRIES / "filesystem.yaml").read_text()
     config = tmp_path / "filesystem.yaml"
     config.write_text(shipped[: shipped.index("\ntools:")] + "\n")  # servers and state only
-    run = infer(config, "--tool", "fs__write_file", "--seed", SEED, "--examples", "25", "--json")
+    run = infer(
+        config, "--tool", "fs__write_file", "--seed", SEED, "--examples", EXAMPLES_FEW, "--json"
+    )
     write = summary(run)["tools"]["fs__write_file"]
     assert write["status"] == "proven", write["attempts"]
     assert write["attempts"][-1]["candidate"].startswith("compensable (quarantine)")
@@ -295,7 +314,5 @@ def test_a_server_that_cannot_delete_gets_new_files_moved_into_the_trash(
         ("fs__move_file", "snapshot_error"),
     ]
     assert written_entries(config)["fs__write_file"] == write["entry"]
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--compensator-config", str(config), "--compensator-seed", "3"
-    )  # fmt: skip
+    result = check_with_plugin(pytester, config)
     result.assert_outcomes(passed=3)  # load, the round trip, the state machine

@@ -381,7 +381,8 @@ def test_init_infer_chooses_a_probe_itself_and_never_touches_the_real_data(
     # The plugin on the written file makes hundreds of calls too, none on the real file.
     checked = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "--compensator-config", str(project / "compensators.yaml"), "--compensator-seed", "5"],
+         "--compensator-config", str(project / "compensators.yaml"), "--compensator-seed", "5",
+         "--compensator-examples", "10"],
         capture_output=True, text=True, cwd=project, stdin=subprocess.DEVNULL, timeout=600,
         env={**os.environ, "HOME": str(home)},
     )  # fmt: skip
