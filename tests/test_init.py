@@ -322,6 +322,7 @@ mcp.run()
 """
 
 
+@pytest.mark.thorough
 def test_init_infer_chooses_a_probe_itself_and_never_touches_the_real_data(
     tmp_path: Path,
 ) -> None:

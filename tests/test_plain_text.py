@@ -97,6 +97,7 @@ async def test_read_as_json_the_same_snapshot_cannot_be_put_back(proxy, tmp_path
     assert store(tmp_path) == {"a": "changed"}
 
 
+@pytest.mark.thorough
 def test_the_plugin_proves_the_plain_text_registry_and_fails_the_parsed_one(
     pytester: pytest.Pytester,
 ):

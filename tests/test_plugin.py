@@ -273,6 +273,7 @@ def test_without_reset_examples_get_fresh_state_by_undo(
     assert "did not restore the state at the checkpoint" in result.stdout.str()
 
 
+@pytest.mark.thorough
 def test_a_tool_whose_calls_never_succeed_fails_as_never_verified(pytester: pytest.Pytester):
     def bogus_status(text: str) -> str:
         return text.replace("status: {enum: [open, done, bogus]}", "status: {enum: [bogus]}")
@@ -297,6 +298,7 @@ def test_a_tool_whose_calls_never_succeed_fails_as_never_verified(pytester: pyte
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.thorough
 def test_hypothesis_seed_seeds_the_generated_tests(pytester: pytest.Pytester):
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--co", "--hypothesis-seed", "4242",

@@ -356,6 +356,7 @@ def test_check_and_explain_find_unprefixed_tools(tmp_path: Path, tasks_env: dict
     assert answer["snapshot"]["tool"] == "get_task_tree", answer
 
 
+@pytest.mark.thorough
 def test_the_pytest_plugin_proves_an_unprefixed_registry(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
